@@ -1,0 +1,6 @@
+"""The hierarchical skeleton and the model families; importing registers the timm presets."""
+from . import ppma
+from .ppma import PPMA, checkpoint_filter_fn
+from .skeleton import HierarchicalBackbone, MixerFactory, Stage
+
+__all__ = ["PPMA", "HierarchicalBackbone", "MixerFactory", "Stage", "checkpoint_filter_fn", "ppma"]

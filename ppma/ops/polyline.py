@@ -140,18 +140,18 @@ def polyline_mask(
 DENSE_LINE_MAX = 64
 
 
-def decay_scan_1d(x: torch.Tensor, log_decay: torch.Tensor, dim: int, dense_max: int = DENSE_LINE_MAX) -> torch.Tensor:
+def decay_scan_1d(x: torch.Tensor, log_decay: torch.Tensor, dim: int) -> torch.Tensor:
     """``y = A x`` along ``dim`` with ``A = polyline_mask_1d(log_decay)`` on every line.
 
     ``x``: ``(..., C)`` in fp32/fp64; ``log_decay``: ``x.shape[:-1]``; ``dim`` indexes both
-    (a negative ``dim`` counts on ``log_decay``). Lines of length <= ``dense_max`` multiply by
+    (a negative ``dim`` counts on ``log_decay``). Lines of length <= ``DENSE_LINE_MAX`` multiply by
     the 1-D mask; longer ones run two linear recurrences, ``y_p = h_p + g_p - x_p`` with the causal
     scan ``h_p = x_p + a_p h_{p-1}`` and the anti-causal scan ``g_p = x_p + a_{p+1} g_{p+1}``.
     Every recurrence step multiplies by a decay <= 1, so nothing cancels.
     """
     dim = dim % log_decay.dim()
     n = log_decay.shape[dim]
-    if n <= dense_max:
+    if n <= DENSE_LINE_MAX:
         lines = x.movedim(dim, -2)  # (..., n, C)
         mask = log_mask_1d(log_decay.movedim(dim, -1)).exp().to(x.dtype)  # (..., n, n)
         return (mask @ lines).movedim(-2, dim)

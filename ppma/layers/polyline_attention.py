@@ -1,0 +1,189 @@
+"""Polyline Path Masked Attention (PPMA, arXiv 2506.15940): vanilla, criss-cross and linear kinds."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ppma.ops import log_mask_1d, polyline_log_mask, polyline_mask, polyline_scan
+
+from .conv import GridDepthwiseConv
+from .decay import GRIDS, DecayGenerator, _at_least_fp32
+from .rope import GridRotaryEmbedding
+
+KINDS = ("vanilla", "criss_cross", "linear")
+MASK_FORMS = ("official", "paper")
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """Positive feature map of the linear kind: ``elu(x) + 1`` (> 0 everywhere)."""
+    return F.elu(x) + 1.0
+
+
+class PolylineAttention(nn.Module):
+    """Multi-head attention masked by the polyline path mask, on a 2-D or 3-D token grid.
+
+    Shapes: ``x`` ``(B, H, W, C)`` (``grid='3d'``: ``(B, T, H, W, C)``) -> same shape.
+    ``N = H*W`` (3-D ``T*H*W``) tokens, ``heads`` heads of ``d = C // heads`` channels.
+
+    Common to every kind: ``q, k, v`` are linear maps of ``x``; the rotary embedding
+    (:class:`GridRotaryEmbedding`) rotates ``q`` and ``k``, and ``k`` is scaled by ``d**-0.5``;
+    the decay generator maps ``x`` to log-decays ``log_alpha`` (along W), ``log_beta`` (along H)
+    and, in 3-D, ``log_gamma`` (along T); LePE, a 5x5 depthwise conv of ``v``, is added to the
+    attention output before ``out_proj``. ``L`` is the V2H polyline mask of :mod:`ppma.ops`
+    (row = query, column = key), ``L^T`` the H2V mask and ``L2D = L + L^T``.
+
+    Kinds (``kind``):
+
+    - ``'vanilla'``, O(N^2). ``mask_form='official'`` (the released models):
+      ``0.5 * softmax(QK^T + log L) V + 0.5 * softmax(QK^T + log L^T) V``;
+      ``mask_form='paper'``: ``(softmax(QK^T) * L2D) V``.
+    - ``'criss_cross'``, O(N^1.5) (the early stages of the released models): per grid axis
+      ``a`` a 1-D attention ``A_a`` among the tokens of each line along ``a``, with the 1-D log
+      mask of that axis' decay (official: ``softmax(QK^T + log M_a)``; paper:
+      ``softmax(QK^T) * M_a``). Output ``0.5 * A_W A_H V + 0.5 * A_H A_W V`` (3-D:
+      ``0.5 * A_W A_H A_T V + 0.5 * A_T A_H A_W V``), the two path orders averaged.
+    - ``'linear'``, O(N), never forming ``N x N``: with the positive feature map
+      ``phi = elu + 1`` (attribute ``feature_map``), ``q* = phi(q)``, ``k* = phi(k)``::
+
+          out_n = q*_n^T (L2D (k* (x) v))_n / (q*_n . (L2D k*)_n + eps)
+
+      i.e. ``out_n = sum_m L2D[n, m] (q*_n . k*_m) v_m / sum_m L2D[n, m] (q*_n . k*_m)``; both
+      ``L2D`` products are one :func:`ppma.ops.polyline_scan` (order ``'both'``) over the
+      ``d*d + d`` channels of ``[k* (x) v, k*]``. ``mask_form`` does not apply.
+
+    Contract for tools that hook the layer without changing it (e.g. :mod:`ppma.vis`):
+
+    - ``decay``: the :class:`DecayGenerator`; its forward returns ``(log_alpha, log_beta)``
+      (3-D: ``(log_alpha, log_beta, log_gamma)``), each fp32 ``(B, heads, H, W)``
+      (3-D ``(B, heads, T, H, W)``).
+    - ``q_tap`` and ``k_tap``: ``nn.Identity`` modules that ``q`` and ``k`` pass through after
+      the rotary embedding and the ``d**-0.5`` scaling (of ``k``), shapes ``(B, heads, H, W, d)``
+      (3-D ``(B, heads, T, H, W, d)``), called in every kind. For vanilla and criss-cross the
+      attention logits are ``q_tap_out @ k_tap_out^T``; the linear kind taps before
+      ``feature_map``, its kernel is ``feature_map(q_tap_out) @ feature_map(k_tap_out)^T``.
+    - plain attributes ``kind``, ``grid``, ``mask_form``, ``num_heads``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        kind: str = "vanilla",
+        grid: str = "2d",
+        mask_form: str = "official",
+        shared_decay: bool = False,
+        eps: float = 1e-6,
+    ):
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if grid not in GRIDS:
+            raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}")
+        if mask_form not in MASK_FORMS:
+            raise ValueError(f"mask_form must be one of {MASK_FORMS}, got {mask_form!r}")
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.kind = kind
+        self.grid = grid
+        self.mask_form = mask_form
+        self.eps = eps
+        self.scale = self.head_dim**-0.5
+        self.grid_rank = 3 if grid == "3d" else 2
+
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.lepe = GridDepthwiseConv(dim, 5)
+        self.out_proj = nn.Linear(dim, dim)
+        self.decay = DecayGenerator(dim, num_heads, grid=grid, shared=shared_decay)
+        self.rope = GridRotaryEmbedding(self.head_dim, grid_rank=self.grid_rank)
+        self.q_tap = nn.Identity()
+        self.k_tap = nn.Identity()
+        self.feature_map = elu_feature_map
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != self.grid_rank + 2 or x.shape[-1] != self.dim:
+            layout = "(B, T, H, W, C)" if self.grid == "3d" else "(B, H, W, C)"
+            raise ValueError(f"x must have shape {layout} with C={self.dim}, got {tuple(x.shape)}")
+        v = self.v_proj(x)
+        lepe = self.lepe(v)
+        q = self.q_tap(self.rope(self._split_heads(self.q_proj(x))))
+        k = self.k_tap(self.rope(self._split_heads(self.k_proj(x))) * self.scale)
+        v = self._split_heads(v)
+        decays = self.decay(x)
+        if self.kind == "vanilla":
+            out = self._vanilla(q, k, v, decays)
+        elif self.kind == "criss_cross":
+            out = self._criss_cross(q, k, v, decays)
+        else:
+            out = self._linear(q, k, v, decays)
+        out = out.movedim(1, -2).flatten(-2)  # (B, *grid, C)
+        return self.out_proj(out + lepe)
+
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """``(B, *grid, C)`` -> ``(B, heads, *grid, d)``."""
+        return t.unflatten(-1, (self.num_heads, self.head_dim)).movedim(-2, 1)
+
+    def _vanilla(self, q, k, v, decays):
+        grid = q.shape[2:-1]
+        log_alpha, log_beta, log_gamma = _unpack(decays)
+        logits = _at_least_fp32(q.flatten(2, -2) @ k.flatten(2, -2).transpose(-1, -2))  # (B, heads, N, N)
+        if self.mask_form == "official":
+            log_mask = polyline_log_mask(log_alpha, log_beta, log_gamma)
+            attn = 0.5 * (logits + log_mask).softmax(-1) + 0.5 * (logits + log_mask.transpose(-1, -2)).softmax(-1)
+        else:
+            attn = logits.softmax(-1) * polyline_mask(log_alpha, log_beta, "both", log_gamma)
+        return (attn.to(v.dtype) @ v.flatten(2, -2)).unflatten(2, grid)
+
+    def _axis_attention(self, q, k, log_decay, axis):
+        """1-D masked attention among the tokens of every line along grid ``axis`` of ``q``.
+
+        Returns ``(B, heads, *other grid axes, n, n)``, ``n = q.shape[axis]``.
+        """
+        logits = _at_least_fp32(q.movedim(axis, -2) @ k.movedim(axis, -2).transpose(-1, -2))
+        log_mask = log_mask_1d(log_decay.movedim(axis, -1))
+        if self.mask_form == "official":
+            return (logits + log_mask).softmax(-1)
+        return logits.softmax(-1) * log_mask.exp()
+
+    def _criss_cross(self, q, k, v, decays):
+        log_alpha, log_beta, log_gamma = _unpack(decays)
+        w_axis = q.dim() - 2  # axes of q (B, heads, [T,] H, W, d)
+        axes = [(log_beta, w_axis - 1), (log_alpha, w_axis)]
+        if log_gamma is not None:
+            axes.insert(0, (log_gamma, w_axis - 2))
+        attns = [(self._axis_attention(q, k, d, a).to(v.dtype), a) for d, a in axes]
+
+        def run(order):
+            y = v
+            for attn, axis in order:
+                y = (attn @ y.movedim(axis, -2)).movedim(-2, axis)
+            return y
+
+        return 0.5 * run(attns) + 0.5 * run(attns[::-1])
+
+    def _linear(self, q, k, v, decays):
+        log_alpha, log_beta, log_gamma = _unpack(decays)
+        fq, fk = self.feature_map(q), self.feature_map(k)
+        d, dv = fk.shape[-1], v.shape[-1]
+        state = torch.cat([(fk.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2), fk], dim=-1)
+        state = _at_least_fp32(polyline_scan(state, log_alpha, log_beta, order="both", log_gamma=log_gamma))
+        fq = _at_least_fp32(fq)
+        num = torch.einsum("...d,...de->...e", fq, state[..., : d * dv].unflatten(-1, (d, dv)))
+        den = (fq * state[..., d * dv :]).sum(-1, keepdim=True)
+        return (num / (den + self.eps)).to(v.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, num_heads={self.num_heads}, kind={self.kind!r}, grid={self.grid!r}, "
+            f"mask_form={self.mask_form!r}"
+        )
+
+
+def _unpack(decays):
+    """``(log_alpha, log_beta[, log_gamma])`` -> ``(log_alpha, log_beta, log_gamma or None)``."""
+    return decays[0], decays[1], (decays[2] if len(decays) == 3 else None)

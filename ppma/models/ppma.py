@@ -1,0 +1,331 @@
+"""PPMA: Polyline Path Masked Attention vision backbones (Zhao et al., NeurIPS 2025, arXiv 2506.15940).
+
+Released models (github.com/zhongchenzhao/PPMA, Apache-2.0): PPMA-T/S/B, whose early stages use
+criss-cross attention and later stages vanilla masked attention. Added here: ``ppma_linear_*``
+(linear polyline attention in every stage, O(N)) and ``ppma_tiny_3d`` (clips and volumes).
+
+Official checkpoints (``{'model': state_dict}``, also mmdet/mmseg checkpoints with a
+``backbone.`` prefix) are converted by :func:`checkpoint_filter_fn`::
+
+    timm.create_model('ppma_tiny', pretrained=True, pretrained_cfg_overlay=dict(file='best.pth'))
+"""
+from __future__ import annotations
+
+import logging
+import re
+from functools import partial
+from typing import Sequence
+
+import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import trunc_normal_
+from timm.models._builder import build_model_with_cfg
+from timm.models._features import feature_take_indices
+from timm.models._registry import generate_default_cfgs, register_model
+from torch import nn
+
+from ppma.layers import KINDS, PolylineAttention
+
+from .skeleton import HierarchicalBackbone
+
+_logger = logging.getLogger(__name__)
+
+__all__ = ["PPMA", "checkpoint_filter_fn", "PRESETS"]
+
+
+class PPMA(HierarchicalBackbone):
+    """PPMA backbone: :class:`HierarchicalBackbone` with a :class:`PolylineAttention` per block.
+
+    Args (per-stage sequences have one entry per stage):
+        embed_dims, depths, num_heads, mlp_ratios: stage widths, blocks, heads, FFN ratios.
+        attn_kinds: ``'vanilla'``, ``'criss_cross'`` or ``'linear'`` per stage.
+        mask_form: ``'official'`` (mask inside the softmax, the released weights) or ``'paper'``.
+        grid: ``'2d'`` (images ``(B, C, H, W)``) or ``'3d'`` (``(B, C, T, H, W)``).
+        shared_decay: one decay for all grid axes (alpha = beta), the paper's ablation.
+        other args: see :class:`HierarchicalBackbone`.
+    """
+
+    def __init__(
+        self,
+        embed_dims: Sequence[int] = (64, 128, 256, 512),
+        depths: Sequence[int] = (2, 2, 8, 2),
+        num_heads: Sequence[int] = (4, 4, 8, 16),
+        mlp_ratios: float | Sequence[float] = 3.0,
+        attn_kinds: Sequence[str] = ("criss_cross", "criss_cross", "vanilla", "vanilla"),
+        mask_form: str = "official",
+        grid: str = "2d",
+        shared_decay: bool = False,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        drop_path_rate: float = 0.1,
+        layerscale: bool | Sequence[bool] = False,
+        layerscale_init: float = 1e-6,
+        output_norms: bool | Sequence[int] = (),
+        with_head: bool = True,
+    ):
+        for name, seq in (("num_heads", num_heads), ("attn_kinds", attn_kinds)):
+            if len(seq) != len(embed_dims):
+                raise ValueError(f"{name} must have one entry per stage ({len(embed_dims)}), got {tuple(seq)}")
+        for kind in attn_kinds:
+            if kind not in KINDS:
+                raise ValueError(f"attn_kinds entries must be one of {KINDS}, got {kind!r}")
+        mixers = [
+            partial(PolylineAttention, num_heads=h, kind=k, grid=grid, mask_form=mask_form, shared_decay=shared_decay)
+            for h, k in zip(num_heads, attn_kinds)
+        ]
+        super().__init__(
+            mixers,
+            embed_dims=embed_dims,
+            depths=depths,
+            mlp_ratios=mlp_ratios,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            drop_path_rate=drop_path_rate,
+            layerscale=layerscale,
+            layerscale_init=layerscale_init,
+            grid=grid,
+            output_norms=output_norms,
+            with_head=with_head,
+        )
+        self.attn_kinds = tuple(attn_kinds)
+        self.mask_form = mask_form
+        self.apply(_init_weights)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """As released: every Linear truncated-normal (std 0.02) with zero bias."""
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+# --- official checkpoint conversion ---------------------------------------------------------
+# Official stem: patch_embed.proj = Sequential(conv, BN, GELU, conv, BN, GELU, conv, BN, GELU, conv, BN).
+_STEM = {
+    "0": "conv1", "1": "norm1", "3": "conv2", "4": "norm2", "6": "conv3", "7": "norm3", "9": "conv4", "10": "norm4",
+}
+# Module paths inside an official block -> ours (leaf names are unchanged).
+_BLOCK = {
+    "retention_layer_norm": "norm1",
+    "final_layer_norm": "norm2",
+    "pos.conv": "pos_conv",
+    "retention.q_proj": "mixer.q_proj",
+    "retention.k_proj": "mixer.k_proj",
+    "retention.v_proj": "mixer.v_proj",
+    "retention.out_proj": "mixer.out_proj",
+    "retention.lepe.conv": "mixer.lepe",
+    "retention.path_embed.dt_linear": "mixer.decay.proj",
+    "retention.path_embed": "mixer.decay",
+    "ffn.fc1": "mlp.fc1",
+    "ffn.fc2": "mlp.fc2",
+    "ffn.dwconv.conv": "mlp.dwconv",
+}
+_LAYER_SCALE = {"gamma_1": "ls1.gamma", "gamma_2": "ls2.gamma"}
+_TOP = {"proj": "head.fc1", "norm": "head.norm", "head": "head.fc"}
+
+
+def _convert_official_key(key: str) -> str | None:
+    """Our name for an official parameter/buffer name; None for the RoPE ``angle`` buffers."""
+    if m := re.fullmatch(r"patch_embed\.proj\.(\d+)\.(\w+)", key):
+        if m[1] in _STEM:
+            return f"stem.{_STEM[m[1]]}.{m[2]}"
+    elif re.fullmatch(r"layers\.\d+\.Relpos\.angle", key):
+        return None
+    elif m := re.fullmatch(r"layers\.(\d+)\.downsample\.(reduction|norm)\.(\w+)", key):
+        return f"stages.{int(m[1]) + 1}.downsample.{'conv' if m[2] == 'reduction' else 'norm'}.{m[3]}"
+    elif m := re.fullmatch(r"layers\.(\d+)\.blocks\.(\d+)\.(gamma_[12])", key):
+        return f"stages.{m[1]}.blocks.{m[2]}.{_LAYER_SCALE[m[3]]}"
+    elif m := re.fullmatch(r"layers\.(\d+)\.blocks\.(\d+)\.([\w.]+)\.(\w+)", key):
+        if m[3] in _BLOCK:
+            return f"stages.{m[1]}.blocks.{m[2]}.{_BLOCK[m[3]]}.{m[4]}"
+    elif m := re.fullmatch(r"outnorm(\d+)\.(\w+)", key):
+        return f"out_norms.{m[1]}.{m[2]}"
+    elif m := re.fullmatch(r"(proj|norm|head)\.(\w+)", key):
+        return f"{_TOP[m[1]]}.{m[2]}"
+    raise ValueError(f"unexpected key {key!r} in the official PPMA checkpoint (no counterpart in this model)")
+
+
+def _unwrap(state_dict: dict) -> dict:
+    """The model's state dict from an official/mm checkpoint: ``{'model': sd}``,
+    ``{'state_dict': sd}``; ``module.`` prefixes stripped; of a detector/segmentor checkpoint
+    (keys ``backbone.*``) only the backbone is kept."""
+    for key in ("model", "state_dict"):
+        if isinstance(state_dict.get(key), dict):
+            state_dict = state_dict[key]
+            break
+    state_dict = {k.removeprefix("module."): v for k, v in state_dict.items()}
+    if any(k.startswith("backbone.") for k in state_dict):
+        dropped = [k for k in state_dict if not k.startswith("backbone.")]
+        if dropped:
+            _logger.info("keeping the backbone of a detector/segmentor checkpoint; dropped %d keys", len(dropped))
+        state_dict = {k.removeprefix("backbone."): v for k, v in state_dict.items() if k.startswith("backbone.")}
+    return state_dict
+
+
+def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
+    """Convert an official PPMA checkpoint (or one of ours) to ``model``'s layout, strictly.
+
+    Every official key must have a counterpart in ``model`` and every key of ``model`` a source,
+    else ``ValueError`` naming the keys. The RoPE ``Relpos.angle`` buffers are checked against the
+    model's and dropped; layer-scale ``gamma_1/2`` ``(1, 1, 1, C)`` become ``ls1/ls2.gamma``
+    ``(C,)``. Two deliberate, logged exceptions: output norms the model has but the checkpoint
+    lacks (a classification checkpoint in a features model, as the official detection backbones
+    load it) keep their fresh initialisation, and the head of a classification checkpoint is
+    dropped when the model has none. The classifier ``head.fc`` is left to timm, which adapts it
+    to a different ``num_classes``.
+    """
+    state_dict = _unwrap(state_dict)
+    ours = not any(k.startswith(("patch_embed.", "layers.")) for k in state_dict)
+    out, source = {}, {}
+    for key, value in state_dict.items():
+        new_key = key if ours else _convert_official_key(key)
+        if new_key is None:
+            _check_rope_angle(key, value, model)
+            continue
+        if not ours and key.endswith(("gamma_1", "gamma_2")):
+            value = value.reshape(-1)
+        out[new_key], source[new_key] = value, key
+    own = model.state_dict()
+    if model.head is None:
+        head = [k for k in out if k.startswith("head.")]
+        for k in head:
+            del out[k]
+        if head:
+            _logger.info("the model has no classification head: dropped %d head keys of the checkpoint", len(head))
+    fresh = [k for k in own if k.startswith("out_norms.") and k not in out]
+    for k in fresh:
+        out[k] = own[k]
+    if fresh:
+        _logger.info("output norms not in the checkpoint keep their initialisation: %s", ", ".join(fresh))
+    unexpected = [source[k] for k in out if k not in own and not k.startswith("head.fc.")]
+    missing = [k for k in own if k not in out and not k.startswith("head.fc.")]
+    if unexpected or missing:
+        raise ValueError(
+            "checkpoint does not match the model: "
+            + (f"keys without a counterpart in the model: {unexpected}; " if unexpected else "")
+            + (f"model keys missing from the checkpoint: {missing}" if missing else "")
+        )
+    return out
+
+
+def _check_rope_angle(key: str, value: torch.Tensor, model: PPMA) -> None:
+    stage = int(key.split(".")[1])
+    if stage >= len(model.stages):
+        return
+    theta = model.stages[stage].blocks[0].mixer.rope.theta
+    if value.shape != theta.shape or not torch.allclose(value.float().cpu(), theta.float().cpu(), rtol=1e-5):
+        raise ValueError(
+            f"{key} does not match this model's rotary embedding "
+            f"(shape {tuple(value.shape)} vs {tuple(theta.shape)}, or different angles)"
+        )
+
+
+# --- presets --------------------------------------------------------------------------------
+PRESETS = {
+    "ppma_tiny": dict(
+        embed_dims=(64, 128, 256, 512), depths=(2, 2, 8, 2), num_heads=(4, 4, 8, 16), mlp_ratios=(3, 3, 3, 3),
+        attn_kinds=("criss_cross", "criss_cross", "vanilla", "vanilla"), drop_path_rate=0.1,
+    ),
+    "ppma_small": dict(
+        embed_dims=(64, 128, 256, 512), depths=(3, 4, 18, 4), num_heads=(4, 4, 8, 16), mlp_ratios=(4, 4, 3, 3),
+        attn_kinds=("criss_cross", "criss_cross", "criss_cross", "vanilla"), drop_path_rate=0.15,
+    ),
+    "ppma_base": dict(
+        embed_dims=(80, 160, 320, 512), depths=(4, 8, 25, 8), num_heads=(5, 5, 10, 16), mlp_ratios=(4, 4, 3, 3),
+        attn_kinds=("criss_cross", "criss_cross", "criss_cross", "vanilla"), drop_path_rate=0.4,
+        layerscale=(False, False, True, True), layerscale_init=1e-6,
+    ),
+}
+for _size in ("tiny", "small", "base"):
+    PRESETS[f"ppma_linear_{_size}"] = dict(PRESETS[f"ppma_{_size}"], attn_kinds=("linear",) * 4)
+PRESETS["ppma_tiny_3d"] = dict(PRESETS["ppma_tiny"], grid="3d")
+
+
+def _create_ppma(variant: str, pretrained: bool = False, **kwargs) -> PPMA:
+    kwargs = {**PRESETS[variant], **kwargs}
+    if kwargs.get("features_only"):  # as the released dense-prediction backbones: no head, normed outputs
+        kwargs.setdefault("output_norms", feature_take_indices(len(kwargs["embed_dims"]), kwargs.get("out_indices"))[0])
+        kwargs.setdefault("with_head", False)
+    return build_model_with_cfg(
+        PPMA,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter"),
+        **kwargs,
+    )
+
+
+_HF = "https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification"
+
+
+def _cfg(url: str = "", **kwargs) -> dict:
+    return {
+        "url": url,
+        "num_classes": 1000,
+        "input_size": (3, 224, 224),
+        "pool_size": (7, 7),
+        "crop_pct": 0.875,
+        "interpolation": "bicubic",
+        "mean": IMAGENET_DEFAULT_MEAN,
+        "std": IMAGENET_DEFAULT_STD,
+        "first_conv": "stem.conv1",
+        "classifier": "head.fc",
+        "license": "apache-2.0",
+        "paper_ids": "arXiv:2506.15940",
+        **kwargs,
+    }
+
+
+default_cfgs = generate_default_cfgs({
+    "ppma_tiny.in1k": _cfg(f"{_HF}/PPMA_T_202502251000/best.pth"),
+    "ppma_small.in1k": _cfg(f"{_HF}/PPMA_S_202504021000/best.pth"),
+    "ppma_base.in1k": _cfg(f"{_HF}/PPMA_B_202504101400/best.pth"),
+    "ppma_linear_tiny": _cfg(),
+    "ppma_linear_small": _cfg(),
+    "ppma_linear_base": _cfg(),
+    "ppma_tiny_3d": _cfg(),  # input (B, 3, T, 224, 224); timm cfgs describe one frame
+})
+
+
+@register_model
+def ppma_tiny(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-T (14.34 M params, 2.7 GFLOPs at 224)."""
+    return _create_ppma("ppma_tiny", pretrained, **kwargs)
+
+
+@register_model
+def ppma_small(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-S (26.97 M params, 4.9 GFLOPs at 224)."""
+    return _create_ppma("ppma_small", pretrained, **kwargs)
+
+
+@register_model
+def ppma_base(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-B (54.16 M params, 10.6 GFLOPs at 224)."""
+    return _create_ppma("ppma_base", pretrained, **kwargs)
+
+
+@register_model
+def ppma_linear_tiny(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-T backbone with linear polyline attention in every stage."""
+    return _create_ppma("ppma_linear_tiny", pretrained, **kwargs)
+
+
+@register_model
+def ppma_linear_small(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-S backbone with linear polyline attention in every stage."""
+    return _create_ppma("ppma_linear_small", pretrained, **kwargs)
+
+
+@register_model
+def ppma_linear_base(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-B backbone with linear polyline attention in every stage."""
+    return _create_ppma("ppma_linear_base", pretrained, **kwargs)
+
+
+@register_model
+def ppma_tiny_3d(pretrained: bool = False, **kwargs) -> PPMA:
+    """PPMA-T on clips/volumes ``(B, C, T, H, W)``: polyline masks over T x H x W."""
+    return _create_ppma("ppma_tiny_3d", pretrained, **kwargs)

@@ -1,0 +1,65 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ppma.layers import DecayGenerator
+
+
+@pytest.mark.parametrize("grid,shape", [("2d", (2, 3, 5, 16)), ("3d", (1, 2, 3, 4, 16))])
+def test_shapes_dtype_and_formula(grid, shape):
+    gen = DecayGenerator(16, 4, grid=grid)
+    x = torch.randn(shape)
+    decays = gen(x)
+    assert len(decays) == (3 if grid == "3d" else 2)
+    heads = x.unflatten(-1, (4, 4))  # (B, *grid, heads, d)
+    for axis, log_decay in enumerate(decays):
+        assert log_decay.dtype == torch.float32
+        assert log_decay.shape == (shape[0], 4, *shape[1:-1])
+        assert (log_decay <= 0).all()
+        t = heads @ gen.proj.weight[axis]  # (B, *grid, heads)
+        expected = -F.softplus(t + gen.dt_bias) * gen.A_log.exp()
+        torch.testing.assert_close(log_decay, expected.movedim(-1, 1))
+
+
+def test_mamba2_initialisation_and_no_weight_decay():
+    gen = DecayGenerator(64, 32)
+    A = gen.A_log.exp()
+    assert ((A >= 1.0) & (A <= 1.1 + 1e-6)).all()
+    dt = F.softplus(gen.dt_bias)
+    assert ((dt >= 1e-3 - 1e-7) & (dt <= 1e-1 + 1e-7)).all()
+    assert dt.min() < dt.max()  # log-uniform draws, not a constant
+    assert gen.dt_bias._no_weight_decay and gen.A_log._no_weight_decay
+    assert gen.proj.bias is None
+
+
+def test_shared_decay_ablation():
+    gen = DecayGenerator(12, 3, grid="3d", shared=True)
+    assert gen.proj.weight.shape == (1, 4)
+    la, lb, lg = gen(torch.randn(2, 2, 3, 5, 12))
+    assert torch.equal(la, lb) and torch.equal(lb, lg)
+
+
+def test_autocast_keeps_fp32_decays():
+    gen = DecayGenerator(16, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        la, lb = gen(torch.randn(1, 3, 4, 16))
+    assert la.dtype == lb.dtype == torch.float32 and torch.isfinite(la).all()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="divisible"):
+        DecayGenerator(10, 3)
+    with pytest.raises(ValueError, match="grid"):
+        DecayGenerator(8, 2, grid="1d")
+    with pytest.raises(ValueError, match="A_init_range"):
+        DecayGenerator(8, 2, A_init_range=(0.0, 1.0))
+
+
+def test_gradients_reach_every_parameter():
+    gen = DecayGenerator(8, 2, grid="3d").double()
+    sum(d.sum() for d in gen(torch.randn(1, 2, 3, 3, 8, dtype=torch.float64))).backward()
+    for name, p in gen.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert math.isfinite(gen.A_log.grad.sum().item())

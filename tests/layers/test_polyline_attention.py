@@ -1,0 +1,170 @@
+"""PolylineAttention against dense references written from the formulas (float64)."""
+import pytest
+import torch
+
+from ppma.layers import PolylineAttention
+from ppma.ops import polyline_mask
+
+KINDS = ("vanilla", "criss_cross", "linear")
+
+
+@pytest.fixture(autouse=True)
+def torch_backend(monkeypatch):
+    # The Triton scan is tested in tests/kernels; here the layer math is.
+    monkeypatch.setenv("PPMA_BACKEND", "torch")
+
+
+def capture(attn, x):
+    """Run ``attn`` on ``x``; return its output and what the taps and the decay generator saw."""
+    seen = {}
+    hooks = [
+        attn.q_tap.register_forward_hook(lambda m, i, o: seen.__setitem__("q", o)),
+        attn.k_tap.register_forward_hook(lambda m, i, o: seen.__setitem__("k", o)),
+        attn.decay.register_forward_hook(lambda m, i, o: seen.__setitem__("decays", o)),
+    ]
+    out = attn(x)
+    for h in hooks:
+        h.remove()
+    return out, seen
+
+
+def finish(attn, x, heads_out):
+    """``heads_out`` ``(B, heads, N, d)`` -> the layer output (merge heads, + LePE, out_proj)."""
+    grid = x.shape[1:-1]
+    merged = heads_out.movedim(1, -2).flatten(-2).unflatten(1, grid)
+    return attn.out_proj(merged + attn.lepe(attn.v_proj(x)))
+
+
+def split_v(attn, x):
+    return attn.v_proj(x).unflatten(-1, (attn.num_heads, -1)).movedim(-2, 1).flatten(2, -2)
+
+
+def make(kind, grid="2d", mask_form="official", dim=12, heads=3):
+    return PolylineAttention(dim, heads, kind=kind, grid=grid, mask_form=mask_form).double()
+
+
+def rand_x(grid_shape, dim=12, batch=2):
+    return torch.randn(batch, *grid_shape, dim, dtype=torch.float64)
+
+
+def test_vanilla_with_all_ones_mask_is_plain_attention():
+    attn = make("vanilla")
+    attn.decay.register_forward_hook(lambda m, i, o: tuple(torch.zeros_like(t) for t in o))
+    x = rand_x((3, 5))
+    out, seen = capture(attn, x)
+    q, k = seen["q"].flatten(2, -2), seen["k"].flatten(2, -2)
+    plain = torch.softmax(q @ k.transpose(-1, -2), -1) @ split_v(attn, x)
+    torch.testing.assert_close(out, finish(attn, x, plain))
+
+
+@pytest.mark.parametrize("grid,shape", [("2d", (3, 4)), ("2d", (1, 7)), ("3d", (2, 3, 2))])
+def test_vanilla_official_and_paper_forms(grid, shape):
+    x = rand_x(shape)
+    for form in ("official", "paper"):
+        attn = make("vanilla", grid, form)
+        out, seen = capture(attn, x)
+        logits = seen["q"].flatten(2, -2) @ seen["k"].flatten(2, -2).transpose(-1, -2)
+        la, lb, *lg = seen["decays"]
+        lg = lg[0] if lg else None
+        v2h = polyline_mask(la, lb, "v2h", lg)
+        if form == "official":
+            attn_map = 0.5 * torch.softmax(logits + v2h.log(), -1) + 0.5 * torch.softmax(logits + v2h.mT.log(), -1)
+        else:
+            attn_map = torch.softmax(logits, -1) * (v2h + v2h.mT)
+        torch.testing.assert_close(out, finish(attn, x, attn_map @ split_v(attn, x)))
+
+
+def dense_axis_attention(logits, log_decay, axis, grid, form):
+    """Dense ``(B, heads, N, N)`` matrix of the 1-D attention along ``axis`` of ``grid``."""
+    coords = torch.stack(torch.meshgrid(*[torch.arange(n) for n in grid], indexing="ij"), -1).reshape(-1, len(grid))
+    others = [a for a in range(len(grid)) if a != axis]
+    same_line = (coords[:, None, others] == coords[None, :, others]).all(-1)
+    g = torch.cumsum(-log_decay, dim=2 + axis).flatten(2)  # (B, heads, N)
+    log_m = -(g[..., :, None] - g[..., None, :]).abs()
+    if form == "official":
+        return torch.softmax((logits + log_m).masked_fill(~same_line, float("-inf")), -1)
+    return torch.softmax(logits.masked_fill(~same_line, float("-inf")), -1) * log_m.exp()
+
+
+@pytest.mark.parametrize("form", ["official", "paper"])
+@pytest.mark.parametrize("grid,shape", [("2d", (4, 5)), ("3d", (3, 2, 4))])
+def test_criss_cross_equals_dense_line_attention(grid, shape, form):
+    attn = make("criss_cross", grid, form)
+    x = rand_x(shape)
+    out, seen = capture(attn, x)
+    logits = seen["q"].flatten(2, -2) @ seen["k"].flatten(2, -2).transpose(-1, -2)
+    la, lb, *lg = seen["decays"]
+    rank = len(shape)
+    w = dense_axis_attention(logits, la, rank - 1, shape, form)
+    h = dense_axis_attention(logits, lb, rank - 2, shape, form)
+    if lg:
+        t = dense_axis_attention(logits, lg[0], 0, shape, form)
+        mix = 0.5 * (w @ h @ t + t @ h @ w)
+    else:
+        mix = 0.5 * (w @ h + h @ w)
+    torch.testing.assert_close(out, finish(attn, x, mix @ split_v(attn, x)))
+
+
+@pytest.mark.parametrize("grid,shape", [("2d", (3, 4)), ("2d", (7, 1)), ("3d", (2, 3, 3))])
+def test_linear_equals_materialized_mask_linear_attention(grid, shape):
+    attn = make("linear", grid)
+    x = rand_x(shape)
+    out, seen = capture(attn, x)
+    fq, fk = attn.feature_map(seen["q"]).flatten(2, -2), attn.feature_map(seen["k"]).flatten(2, -2)
+    la, lb, *lg = seen["decays"]
+    weights = (fq @ fk.transpose(-1, -2)) * polyline_mask(la, lb, "both", lg[0] if lg else None)
+    mix = weights / (weights.sum(-1, keepdim=True) + attn.eps)
+    torch.testing.assert_close(out, finish(attn, x, mix @ split_v(attn, x)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_3d_with_one_frame_equals_2d(kind):
+    a2, a3 = make(kind, "2d"), make(kind, "3d")
+    state = a2.state_dict()
+    state["decay.proj.weight"] = torch.cat([state["decay.proj.weight"], torch.randn(1, 4, dtype=torch.float64)])
+    a3.load_state_dict(state)
+    x = rand_x((3, 5))
+    torch.testing.assert_close(a3(x[:, None])[:, 0], a2(x))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("grid,shape", [("2d", (3, 5)), ("3d", (2, 3, 4))])
+def test_tap_contract_and_decay_gradients(kind, grid, shape):
+    attn = PolylineAttention(12, 3, kind=kind, grid=grid)
+    x = torch.randn(2, *shape, 12)
+    out, seen = capture(attn, x)
+    assert out.shape == x.shape
+    assert seen["q"].shape == seen["k"].shape == (2, 3, *shape, 4)
+    assert len(seen["decays"]) == len(shape)
+    for t in seen["decays"]:
+        assert t.dtype == torch.float32 and t.shape == (2, 3, *shape)
+    assert (attn.kind, attn.grid, attn.mask_form, attn.num_heads) == (kind, grid, "official", 3)
+    out.square().sum().backward()
+    for name in ("dt_bias", "A_log", "proj.weight"):
+        grad = attn.decay.get_parameter(name).grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_is_finite_and_close(kind, dtype):
+    attn = PolylineAttention(16, 2, kind=kind)
+    x = torch.randn(1, 5, 7, 16)
+    with torch.autocast("cpu", dtype=dtype):
+        low = attn(x)
+    assert torch.isfinite(low).all()
+    torch.testing.assert_close(low.float(), attn(x), rtol=5e-2, atol=5e-2)
+
+
+def test_bad_arguments_and_inputs():
+    with pytest.raises(ValueError, match="kind"):
+        PolylineAttention(8, 2, kind="window")
+    with pytest.raises(ValueError, match="mask_form"):
+        PolylineAttention(8, 2, mask_form="mul")
+    with pytest.raises(ValueError, match="grid"):
+        PolylineAttention(8, 2, grid="4d")
+    attn = PolylineAttention(8, 2)
+    with pytest.raises(ValueError, match=r"\(B, H, W, C\)"):
+        attn(torch.randn(1, 3, 4, 6))
+    with pytest.raises(ValueError, match=r"\(B, H, W, C\)"):
+        attn(torch.randn(1, 2, 3, 4, 8))
