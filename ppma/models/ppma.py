@@ -147,10 +147,10 @@ def _convert_official_key(key: str) -> str | None:
 
 
 def _unwrap(state_dict: dict) -> dict:
-    """The model's state dict from an official/mm checkpoint: ``{'model': sd}``,
-    ``{'state_dict': sd}``; ``module.`` prefixes stripped; of a detector/segmentor checkpoint
-    (keys ``backbone.*``) only the backbone is kept."""
-    for key in ("model", "state_dict"):
+    """The model's state dict from an official/mm checkpoint: ``{'model': sd}``, ``{'models': sd}``
+    (what the official training script writes), ``{'state_dict': sd}``; ``module.`` prefixes
+    stripped; of a detector/segmentor checkpoint (keys ``backbone.*``) only the backbone is kept."""
+    for key in ("model", "models", "state_dict"):
         if isinstance(state_dict.get(key), dict):
             state_dict = state_dict[key]
             break

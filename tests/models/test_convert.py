@@ -1,4 +1,5 @@
 """Official-layout checkpoints: conversion, strictness, timm loading, the converter tool."""
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -130,10 +131,15 @@ def test_mismatched_keys_raise_naming_them(edit, message):
         checkpoint_filter_fn({"model": official}, micro())
 
 
-def test_timm_one_liner_loads_an_official_file(tmp_path):
+@pytest.mark.parametrize("layout", ["model", "training"])
+def test_timm_one_liner_loads_an_official_file(tmp_path, layout):
     official = official_state_dict(**CFG)
     path = tmp_path / "best.pth"
-    torch.save({"model": official}, path)
+    if layout == "model":
+        torch.save({"model": official}, path)
+    else:  # what the official training script writes: weights under 'models', plus its state
+        torch.save({"models": official, "optimizer": {"state": {}, "param_groups": []}, "epoch": 299,
+                    "args": argparse.Namespace(model="PPMAViT_T", lr=1e-3), "max_accuracy": 82.6}, path)
     model = timm.create_model("ppma_tiny", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **OURS).eval()
     assert torch.equal(model.state_dict()["stages.0.blocks.0.mixer.q_proj.weight"],
                        official["layers.0.blocks.0.retention.q_proj.weight"])
