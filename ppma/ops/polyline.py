@@ -75,15 +75,24 @@ def polyline_mask_1d(log_decay: torch.Tensor) -> torch.Tensor:
 
 
 def log_mask_1d(log_decay: torch.Tensor) -> torch.Tensor:
-    """Log of :func:`polyline_mask_1d`: ``(..., n) -> (..., n, n)``, ``-|G_j - G_l|``."""
+    """Log of :func:`polyline_mask_1d`: ``(..., n) -> (..., n, n)``, ``-|G_j - G_l|``.
+
+    Built from segment sums, ``S[j, l] = sum_{l < p <= j} log_decay[p]`` (zero for ``j <= l``),
+    as ``S + S^T``: each entry sums only the decays between ``l`` and ``j``, so it neither
+    subtracts large cumulative sums nor loses the gradient where ``G_j - G_l`` rounds to 0.
+    """
     if not isinstance(log_decay, torch.Tensor) or not log_decay.is_floating_point():
         raise ValueError("log_decay must be a floating-point tensor")
     if log_decay.dim() < 1:
         raise ValueError("log_decay must have at least one dim (..., n)")
     if log_decay.dtype != torch.float64:
         log_decay = log_decay.float()
-    g = torch.cumsum(-log_decay, dim=-1)
-    return -(g[..., :, None] - g[..., None, :]).abs()
+    n = log_decay.shape[-1]
+    below = torch.ones(n, n, dtype=torch.bool, device=log_decay.device).tril(-1)
+    # terms[..., p, l] = log_decay[p] where p > l: cumsum over p gives S[..., j, l]
+    terms = log_decay[..., :, None].expand(*log_decay.shape, n).masked_fill(~below, 0.0)
+    segsum = terms.cumsum(dim=-2)
+    return segsum + segsum.transpose(-1, -2)
 
 
 def polyline_log_mask(

@@ -193,3 +193,27 @@ def test_bad_inputs_name_the_argument():
         polyline_mask(la.abs() + 0.1, la)
     with pytest.raises(ValueError, match="empty grid"):
         polyline_mask(la[:, :, :0], la[:, :, :0])
+
+
+def test_fp32_decay_gradients_match_fp64_for_mixed_extreme_decays(scan_path):
+    """Weak (-1e-6) next to strong (-30) decays: cumulative sums reach ~1e3, where a difference of
+    weak decays rounds to zero in fp32; the gradient must not depend on that rounding."""
+    gen, seed = seeded()
+    grid = (7, 5)
+    x = torch.randn(1, 2, *grid, 3, generator=gen, dtype=torch.float64)
+    choices = torch.tensor([-1e-6, -1e-3, -0.5, -30.0], dtype=torch.float64)
+    decays = [choices[torch.randint(0, 4, (1, 2, *grid), generator=gen)] for _ in range(2)]
+    weights = torch.randn(1, 2, *grid, 3, generator=gen, dtype=torch.float64)
+    grads = {}
+    for dtype in (torch.float64, torch.float32):
+        la, lb = (d.to(dtype).clone().requires_grad_() for d in decays)
+        y = polyline_scan(x.to(dtype), la, lb, "both", backend="torch")
+        (y * weights.to(dtype)).sum().backward()
+        grads[dtype] = (la.grad.double(), lb.grad.double())
+        mask_la = decays[0].to(dtype).clone().requires_grad_()
+        (polyline_mask(mask_la, decays[1].to(dtype)) ** 2).sum().backward()
+        grads[dtype, "mask"] = mask_la.grad.double()
+    for got, want in zip(grads[torch.float32], grads[torch.float64]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * want.abs().max(), msg=f"seed {seed}")
+    want = grads[torch.float64, "mask"]
+    torch.testing.assert_close(grads[torch.float32, "mask"], want, rtol=1e-4, atol=1e-5 * want.abs().max())

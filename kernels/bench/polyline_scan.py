@@ -1,0 +1,184 @@
+"""Benchmark of ``polyline_scan``: Triton kernel vs PyTorch reference vs materialized mask.
+
+For every shape and dtype, forward and forward+backward (``order='both'``): median time, achieved
+bandwidth over the bytes that must move, as a fraction of the measured device-to-device copy
+bandwidth, peak memory beyond the inputs, and the speed-up over the PyTorch reference.
+
+Bytes that must move: forward reads ``x`` and the decays and writes ``y``; forward+backward adds
+reading ``dy`` and ``x`` (and the decays again), writing ``dx`` and the decay gradients.
+
+    python kernels/bench/polyline_scan.py                      # CUDA, the shapes PPMA meets
+    TRITON_INTERPRET=1 python kernels/bench/polyline_scan.py --quick --device cpu --threads 1
+
+``--quick`` runs reduced shapes (the CPU smoke test; Triton then runs in its interpreter, so its
+CPU times say nothing about GPU speed).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ppma.kernels.polyline_scan import polyline_scan_triton
+from ppma.ops import polyline_mask, polyline_scan_reference
+from ppma.ops.backend import triton_unavailable_reason
+
+# (B, heads, H, W, C)
+FULL_SHAPES = [(64, 4, 56, 56, 256), (64, 4, 28, 28, 1024), (64, 8, 14, 14, 1024), (2, 4, 256, 256, 64)]
+QUICK_SHAPES = [(2, 4, 14, 14, 32), (2, 4, 28, 28, 64), (1, 2, 64, 64, 16)]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def materialized(x, log_alpha, log_beta, order="both", log_gamma=None):
+    """``L x`` with the ``(B, heads, N, N)`` mask formed explicitly (fp32 product)."""
+    b, h = x.shape[:2]
+    mask = polyline_mask(log_alpha, log_beta, order, log_gamma)
+    return (mask @ x.reshape(b, h, -1, x.shape[-1]).float()).reshape(x.shape).to(x.dtype)
+
+
+IMPLS = {"triton": polyline_scan_triton, "torch": polyline_scan_reference, "mask": materialized}
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(fn, device, warmup, repeat):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device, nbytes, repeat):
+    """Device-to-device copy bandwidth in bytes/s (read + write)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).normal_()
+    dst = torch.empty_like(src)
+    return 2 * nbytes / median_seconds(lambda: dst.copy_(src), device, 2, repeat)
+
+
+def peak_memory(fn, device):
+    """Peak bytes allocated by ``fn`` beyond what existed before it.
+
+    CUDA: the caching allocator's peak. CPU: the running sum of the allocation and free events
+    that the profiler records with ``profile_memory=True``.
+    """
+    if device.type == "cuda":
+        sync(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        sync(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    current = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        current += event.nbytes()
+        peak = max(peak, current)
+    return peak
+
+
+def make_inputs(shape, dtype, device, requires_grad):
+    b, heads, hh, ww, c = shape
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(b, heads, hh, ww, c, generator=gen).to(device, dtype)
+    decays = [(-torch.rand(b, heads, hh, ww, generator=gen) * 2).to(device) for _ in range(2)]
+    inputs = [x, *decays]
+    for t in inputs:
+        t.requires_grad_(requires_grad)
+    return inputs, torch.randn(x.shape, generator=gen).to(device, dtype)
+
+
+def must_move(x, n_decays, backward):
+    x_bytes, d_bytes = x.numel() * x.element_size(), x[..., 0].numel() * 4 * n_decays
+    return 5 * x_bytes + 3 * d_bytes if backward else 2 * x_bytes + d_bytes
+
+
+def mask_bytes(shape):
+    b, heads, hh, ww, _ = shape
+    return b * heads * (hh * ww) ** 2 * 4
+
+
+def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
+    """One table row as a dict (``time_ms`` None with a ``note`` when skipped)."""
+    if impl == "mask" and mask_bytes(shape) * (3 if backward else 1) > mask_limit:
+        return {"note": f"skipped: mask needs {mask_bytes(shape) / 2**30:.1f} GiB"}
+    if impl == "triton" and triton_unavailable_reason(device) is not None:
+        return {"note": "skipped: Triton unavailable (CPU needs TRITON_INTERPRET=1)"}
+    inputs, grad = make_inputs(shape, dtype, device, backward)
+    fn = IMPLS[impl]
+    if backward:
+        def step():
+            torch.autograd.grad(fn(*inputs, "both"), inputs, grad)
+    else:
+        def step():
+            with torch.no_grad():
+                fn(*inputs, "both")
+    try:
+        seconds = median_seconds(step, device, warmup, repeat)
+        peak = peak_memory(step, device)
+    except torch.OutOfMemoryError:
+        return {"note": "out of memory"}
+    return {"time_ms": seconds * 1e3, "gbps": must_move(inputs[0], 2, backward) / seconds / 1e9, "peak": peak}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="reduced shapes and repeats (CPU smoke test)")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16", "fp32"])
+    parser.add_argument("--impls", nargs="+", choices=sorted(IMPLS), default=list(IMPLS))
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (median)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    repeat = args.repeat or (3 if args.quick else 20)
+    warmup = 1 if args.quick else 3
+    if device.type == "cuda":
+        copy_bw = copy_bandwidth(device, 1 << 30, repeat)
+        mask_limit = torch.cuda.mem_get_info(device)[0] // 2
+        name = torch.cuda.get_device_name(device)
+    else:
+        copy_bw = copy_bandwidth(device, 1 << 27, repeat)
+        mask_limit = 4 << 30
+        name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
+    print(f"# polyline_scan benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
+    print(f"# order='both'; copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
+    print("| shape (B, heads, H, W, C) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB | vs torch |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for shape in shapes:
+        for dname in args.dtypes:
+            for backward in (False, True):
+                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, warmup, repeat, mask_limit)
+                        for impl in args.impls}
+                ref_ms = rows.get("torch", {}).get("time_ms")
+                for impl, row in rows.items():
+                    head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
+                    if "time_ms" not in row:
+                        print(f"{head} {row['note']} | | | | |")
+                        continue
+                    peak = f"{row['peak'] / 2**20:.1f}"
+                    speedup = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
+                    print(f"{head} {row['time_ms']:.4g} | {row['gbps']:.3g} | {100 * row['gbps'] * 1e9 / copy_bw:.3g} |"
+                          f" {peak} | {speedup} |")
+
+
+if __name__ == "__main__":
+    main()
