@@ -1,0 +1,39 @@
+"""OpenMMLab adapters: backbones for mmdet 3.x and mmseg 1.x.
+
+Importing this package (configs do it with
+``custom_imports=dict(imports=['ppma.mm'], allow_failed_imports=False)``)
+
+- registers :class:`PyramidBackbone` and its alias :class:`PPMA` in the ``MODELS`` registry of
+  mmdet and of mmseg, whichever of the two is installed (ImportError if neither is);
+- allows the globals that training checkpoints need under ``torch.load(weights_only=True)``
+  (:mod:`ppma.mm.serialization`), so that resume and test load them on torch >= 2.6.
+"""
+import importlib
+
+from .backbone import PPMA, PyramidBackbone
+from .serialization import allow_checkpoint_globals
+
+__all__ = ["PPMA", "PyramidBackbone", "REGISTERED_IN", "allow_checkpoint_globals"]
+
+
+def _register(classes) -> tuple[str, ...]:
+    """Add ``classes`` to ``<pkg>.registry.MODELS`` for every installed pkg of mmdet, mmseg."""
+    found = []
+    for package in ("mmdet", "mmseg"):
+        try:
+            registry = importlib.import_module(f"{package}.registry").MODELS
+        except ModuleNotFoundError as err:
+            if err.name != package:  # installed but broken: say so
+                raise
+            continue
+        for cls in classes:
+            if registry.module_dict.get(cls.__name__) is not cls:
+                registry.register_module(module=cls)
+        found.append(package)
+    if not found:
+        raise ImportError("ppma.mm needs mmdet or mmseg (pip install 'ppma[mm]', see docs/openmmlab.md)")
+    return tuple(found)
+
+
+allow_checkpoint_globals()
+REGISTERED_IN = _register((PyramidBackbone, PPMA))

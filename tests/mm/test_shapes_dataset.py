@@ -1,0 +1,48 @@
+"""tools/make_shapes_dataset.py: seeded, and the COCO and semantic labels describe the same shapes."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+Image = pytest.importorskip("PIL.Image", reason="pillow is not installed")
+
+
+def make(mm, out, *args):
+    return subprocess.run([sys.executable, str(mm.tools / "make_shapes_dataset.py"), str(out), *args],
+                          capture_output=True, text=True)
+
+
+def test_seeded_and_consistent(mm, tmp_path):
+    args = ("--num-train", "3", "--num-val", "2", "--size", "72", "--seed", "11")
+    for name in ("a", "b"):
+        assert make(mm, tmp_path / name, *args).returncode == 0
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert len(files) == 2 + 2 * 5
+    for rel in files:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+
+    for split, count in (("training", 3), ("validation", 2)):
+        coco = json.loads((tmp_path / "a" / "annotations" / f"instances_{split}.json").read_text())
+        assert len(coco["images"]) == count
+        names = {c["id"]: c["name"] for c in coco["categories"]}
+        assert sorted(names.values()) == ["circle", "square", "triangle"]
+        for image in coco["images"]:
+            semantic = np.asarray(Image.open(tmp_path / "a" / "annotations" / split /
+                                             image["file_name"].replace(".jpg", ".png")))
+            assert semantic.shape == (72, 72) and semantic.min() >= 1 and semantic.max() <= 4
+            anns = [a for a in coco["annotations"] if a["image_id"] == image["id"]]
+            assert anns
+            for category, name in names.items():
+                label = 2 + ["circle", "square", "triangle"].index(name)
+                area = sum(a["area"] for a in anns if a["category_id"] == category)
+                assert area == (semantic == label).sum()
+            for a in anns:
+                x, y, w, h = a["bbox"]
+                assert 0 <= x and 0 <= y and x + w <= 72 and y + h <= 72 and a["area"] <= w * h
+
+
+def test_bad_arguments(mm, tmp_path):
+    result = make(mm, tmp_path / "x", "--num-train", "0")
+    assert result.returncode == 2 and "--num-train must be >= 1" in result.stderr

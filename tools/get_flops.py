@@ -1,0 +1,55 @@
+"""FLOPs and parameters of a config's backbone and of the whole detector/segmentor.
+
+    python tools/get_flops.py CONFIG [--shape 800 1280]
+
+Counted by :func:`ppma.models.flops.count_flops` (fvcore, one fused multiply-add = one FLOP
+as in the papers, plus the attention and polyline-mask ops fvcore misses) on one image of
+``--shape`` (H W). Detectors count the test-time network from the image to the head outputs
+(RPN, RoI heads on the RPN's proposals); segmentors one whole-image forward (no sliding window).
+Ops fvcore has no rule for (e.g. NMS, RoIAlign) are left out.
+"""
+import argparse
+import logging
+
+import torch
+from torch import nn
+
+from ppma.mm.analysis import build_model, dummy_batch
+from ppma.mm.runtime import load_config
+from ppma.models.flops import count_flops
+
+
+class TensorForward(nn.Module):
+    """``model._forward(inputs, data_samples)`` (mmdet/mmseg tensor mode) as ``f(inputs)``."""
+
+    def __init__(self, model: nn.Module, data_samples: list):
+        super().__init__()
+        self.model = model
+        self.data_samples = data_samples
+
+    def forward(self, inputs: torch.Tensor):
+        return self.model._forward(inputs, self.data_samples)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config")
+    parser.add_argument("--shape", type=int, nargs=2, default=(800, 1280), metavar=("H", "W"))
+    args = parser.parse_args(argv)
+    logging.getLogger("fvcore").setLevel(logging.ERROR)
+    cfg = load_config(args.config)
+    model = build_model(cfg)
+    _, samples = dummy_batch(cfg.default_scope, 1, *args.shape)
+    backbone_flops = count_flops(model.backbone, (1, 3, *args.shape)) / 1e9
+    total_flops = count_flops(TensorForward(model, samples), (1, 3, *args.shape)) / 1e9
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    backbone_params = sum(p.numel() for p in model.backbone.parameters()) / 1e6
+    print(f"{args.config} at {args.shape[0]}x{args.shape[1]}:")
+    name = getattr(model.backbone, "model_name", type(model.backbone).__name__)
+    print(f"  backbone ({name}): {backbone_flops:.2f} GFLOPs, {backbone_params:.2f} M params")
+    print(f"  {type(model).__name__}: {total_flops:.2f} GFLOPs, {params:.2f} M params")
+
+
+if __name__ == "__main__":
+    main()
