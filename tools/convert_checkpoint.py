@@ -3,7 +3,7 @@
 
     python tools/convert_checkpoint.py best.pth ppma_tiny.safetensors --model ppma_tiny
 
-Accepts official classification checkpoints (``{'model': state_dict}``) and official
+Accepts official classification checkpoints (``{'model' or 'models': state_dict, ...}``) and official
 mmdet/mmseg checkpoints (``{'state_dict': {'backbone.*': ...}}``, written as a backbone with
 output norms and no head). Conversion is strict: a key without a counterpart, or a model key
 missing from the checkpoint, is an error that names it. The output loads with
@@ -20,12 +20,13 @@ import torch
 from safetensors.torch import save_file
 
 import ppma  # noqa: F401  (registers the presets)
+from ppma.models.checkpoint import model_state_dict, read_checkpoint
 from ppma.models.ppma import PRESETS, checkpoint_filter_fn
 
 
 def model_kwargs(state_dict: dict) -> dict:
     """Head and output norms as the checkpoint has them (keys in official or our layout)."""
-    keys = [k.removeprefix("module.").removeprefix("backbone.") for k in state_dict]
+    keys = list(state_dict)
     kwargs = {}
     norms = sorted({int(k.split(".")[0].removeprefix("outnorm")) for k in keys if k.startswith("outnorm")})
     norms += sorted({int(k.split(".")[1]) for k in keys if k.startswith("out_norms.")})
@@ -35,22 +36,20 @@ def model_kwargs(state_dict: dict) -> dict:
     if classifier is None:
         kwargs["with_head"] = False
     else:
-        kwargs["num_classes"] = state_dict[next(k for k in state_dict if k.endswith(classifier))].shape[0]
+        kwargs["num_classes"] = state_dict[classifier].shape[0]
     return kwargs
 
 
 def load_source(path: str, trust: bool) -> dict:
+    """The checkpoint's state dict; ``trust`` unpickles the file fully (weights_only=False)."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=not trust)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False) if trust else read_checkpoint(path)
     except pickle.UnpicklingError as e:
         raise SystemExit(
             f"{path}: the file holds more than tensors ({e.__class__.__name__}); if you trust it, "
             "rerun with --trust-checkpoint to unpickle it fully"
         ) from e
-    for key in ("model", "state_dict"):
-        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
-            return checkpoint[key]
-    return checkpoint
+    return model_state_dict(checkpoint)
 
 
 def main(argv: list[str] | None = None) -> int:

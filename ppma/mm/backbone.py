@@ -21,7 +21,9 @@ from timm.models._features import FeatureGetterNet
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .checkpoint import backbone_state_dict, filter_fn_of, read_checkpoint
+from ppma.models.checkpoint import model_state_dict
+
+from .checkpoint import filter_fn_of, read_checkpoint
 
 
 class PyramidBackbone(BaseModule):
@@ -129,7 +131,7 @@ class PyramidBackbone(BaseModule):
 
         Returns the keys that kept their initialisation; logs what was loaded.
         """
-        checkpoint = backbone_state_dict(read_checkpoint(path))
+        checkpoint = model_state_dict(read_checkpoint(path))
         filter_fn = filter_fn_of(self.model_name)
         own = self.model.state_dict()
         try:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ppma.layers import KINDS, PolylineAttention
 
+from .checkpoint import model_state_dict
 from .skeleton import HierarchicalBackbone
 
 _logger = logging.getLogger(__name__)
@@ -146,23 +147,6 @@ def _convert_official_key(key: str) -> str | None:
     raise ValueError(f"unexpected key {key!r} in the official PPMA checkpoint (no counterpart in this model)")
 
 
-def _unwrap(state_dict: dict) -> dict:
-    """The model's state dict from an official/mm checkpoint: ``{'model': sd}``, ``{'models': sd}``
-    (what the official training script writes), ``{'state_dict': sd}``; ``module.`` prefixes
-    stripped; of a detector/segmentor checkpoint (keys ``backbone.*``) only the backbone is kept."""
-    for key in ("model", "models", "state_dict"):
-        if isinstance(state_dict.get(key), dict):
-            state_dict = state_dict[key]
-            break
-    state_dict = {k.removeprefix("module."): v for k, v in state_dict.items()}
-    if any(k.startswith("backbone.") for k in state_dict):
-        dropped = [k for k in state_dict if not k.startswith("backbone.")]
-        if dropped:
-            _logger.info("keeping the backbone of a detector/segmentor checkpoint; dropped %d keys", len(dropped))
-        state_dict = {k.removeprefix("backbone."): v for k, v in state_dict.items() if k.startswith("backbone.")}
-    return state_dict
-
-
 def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
     """Convert an official PPMA checkpoint (or one of ours) to ``model``'s layout, strictly.
 
@@ -175,7 +159,7 @@ def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
     dropped when the model has none. The classifier ``head.fc`` is left to timm, which adapts it
     to a different ``num_classes``.
     """
-    state_dict = _unwrap(state_dict)
+    state_dict = model_state_dict(state_dict)
     ours = not any(k.startswith(("patch_embed.", "layers.")) for k in state_dict)
     out, source = {}, {}
     for key, value in state_dict.items():

@@ -7,7 +7,6 @@ and segmentors (their ``backbone.`` entries), all converted by
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import logging
 import pickle
@@ -16,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
+from safetensors import SafetensorError
+
+from ppma.models.checkpoint import model_state_dict, read_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -83,50 +85,24 @@ def create_model(name: str, **kwargs) -> torch.nn.Module:
     return timm.create_model(name, **kwargs).eval()
 
 
-def _torch_load(path: Path):
-    """``torch.load`` with ``weights_only=True``, allowing the official checkpoints' ``args``."""
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"cannot read checkpoint {path}: {err}") from err
-
-
 def _read_checkpoint(path: Path) -> dict:
-    """The tensors of ``path``: safetensors, or a ``.pth`` read with ``weights_only=True``.
+    """The model's tensors in ``path`` (:func:`ppma.models.read_checkpoint`, weights only).
 
-    Official classification checkpoints hold an ``argparse.Namespace`` beside the weights, which
-    is allowed here; OpenMMLab checkpoints need :mod:`ppma.mm` (the ``mm`` extra), which allows
-    what training writes and extracts the backbone.
+    OpenMMLab training checkpoints hold logging objects beyond tensors; they are read once
+    :mod:`ppma.mm` (the ``mm`` extra) has allowed those objects.
     """
-    if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path))
-        except SafetensorError as err:
-            raise ValueError(f"cannot read checkpoint {path}: {err}") from err
     try:
-        state = _torch_load(path)
-    except pickle.UnpicklingError as err:
-        if importlib.util.find_spec("mmengine") is None:
-            raise ValueError(f"checkpoint {path} holds objects other than tensors: {err}") from err
         try:
+            checkpoint = read_checkpoint(path)
+        except pickle.UnpicklingError:
+            if importlib.util.find_spec("mmengine") is None:
+                raise
             import ppma.mm  # noqa: F401  (allows the globals of OpenMMLab training checkpoints)
 
-            state = _torch_load(path)
-        except (ImportError, pickle.UnpicklingError) as retry_err:
-            raise ValueError(f"checkpoint {path} holds objects other than tensors: {retry_err}") from retry_err
-    if not isinstance(state, dict):
-        raise ValueError(f"checkpoint {path} holds a {type(state).__name__}, expected a dict of tensors")
-    if isinstance(state.get("state_dict"), dict):  # OpenMMLab detector/segmentor
-        try:
-            from ppma.mm.checkpoint import backbone_state_dict
-        except ImportError as err:
-            raise ValueError(f"{path} is an OpenMMLab checkpoint; reading it needs the mm extra: {err}") from err
-        return backbone_state_dict(state)
-    return state
+            checkpoint = read_checkpoint(path)
+        return model_state_dict(checkpoint)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, SafetensorError) as err:
+        raise ValueError(f"cannot read checkpoint {path}: {err}") from err
 
 
 def _load_state(model: torch.nn.Module, state: dict) -> None:
@@ -149,8 +125,6 @@ def load_model(name: str, checkpoint: str | Path | None = None) -> tuple[torch.n
     if checkpoint is None:
         return create_model(name), False
     path = Path(checkpoint)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
     state = _read_checkpoint(path)
     model = create_model(name)
     try:

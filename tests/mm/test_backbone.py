@@ -1,6 +1,5 @@
 """ppma.mm.PyramidBackbone / PPMA: features, registries, freezing, checkpoints, errors."""
 import argparse
-import importlib.util
 import math
 
 import numpy as np
@@ -154,14 +153,10 @@ def test_mismatched_checkpoints_name_the_keys(mm, build, tmp_path):
         build().load_checkpoint(str(tmp_path / "absent.pth"))
 
 
-def test_loads_an_official_classification_checkpoint(mm, tmp_path):
-    # the official-layout generator of the conversion tests, reused rather than restated
-    spec = importlib.util.spec_from_file_location("test_convert", mm.repo / "tests" / "models" / "test_convert.py")
-    convert_tests = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(convert_tests)
-    official = convert_tests.official_state_dict(**convert_tests.CFG)
+def test_loads_an_official_classification_checkpoint(mm, tmp_path, official_layout):
+    official = official_layout.state_dict(**official_layout.CFG)
     torch.save({"model": official, "args": argparse.Namespace(model="PPMA_T")}, tmp_path / "best.pth")
-    cfg = {k: v for k, v in convert_tests.OURS.items() if k != "num_classes"}
+    cfg = {k: v for k, v in official_layout.OURS.items() if k != "num_classes"}
     model = PPMA(model_name="ppma_tiny", init_cfg=dict(type="Pretrained", checkpoint=str(tmp_path / "best.pth")), **cfg)
     model.init_weights()
     state = model.model.state_dict()

@@ -1,0 +1,63 @@
+"""Reading checkpoint files and finding a model's weights inside them, for every family.
+
+Accepted layouts: a plain state dict; ``{'model' | 'models' | 'state_dict': state_dict, ...}``
+(official classification checkpoints carry their training state and an ``argparse.Namespace``
+of arguments beside the weights; OpenMMLab checkpoints use ``state_dict``); DDP's ``module.``
+prefix; the ``backbone.*`` entries of a detector/segmentor, with the OpenMMLab adapter's
+``model.`` prefix. Renaming a family's official module names is the family's
+``checkpoint_filter_fn`` (e.g. :func:`ppma.models.ppma.checkpoint_filter_fn`).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+_logger = logging.getLogger(__name__)
+
+STATE_DICT_KEYS = ("model", "models", "state_dict")
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Load a local checkpoint file: ``.safetensors``, or anything ``torch.load`` reads.
+
+    ``torch.load`` runs with ``weights_only=True``; the only global allowed beyond torch's own is
+    ``argparse.Namespace`` (the ``args`` of the official checkpoints; unpickling it only sets
+    attributes). Other objects raise ``pickle.UnpicklingError``: OpenMMLab training checkpoints
+    read after ``import ppma.mm``, which allows what they hold (:mod:`ppma.mm.serialization`).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cpu")
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
+    """The tensors of the model's (or, in a detector/segmentor, the backbone's) state dict.
+
+    Unwraps ``{'model' | 'models' | 'state_dict': ...}``, strips ``module.``, keeps only the
+    ``backbone.`` entries of a detector/segmentor and the adapter's ``model.`` prefix.
+    """
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"a checkpoint must be a dict, got {type(checkpoint).__name__}")
+    for key in STATE_DICT_KEYS:
+        if isinstance(checkpoint.get(key), dict):
+            checkpoint = checkpoint[key]
+            break
+    state = {k.removeprefix("module."): v for k, v in checkpoint.items() if torch.is_tensor(v)}
+    if not state:
+        raise ValueError(f"the checkpoint holds no tensors (expected a state dict, or one under {STATE_DICT_KEYS})")
+    if any(k.startswith("backbone.") for k in state):
+        dropped = sum(not k.startswith("backbone.") for k in state)
+        _logger.info("keeping the backbone of a detector/segmentor checkpoint; dropped %d other tensors", dropped)
+        state = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
+    if all(k.startswith("model.") for k in state):
+        state = {k.removeprefix("model."): v for k, v in state.items()}
+    return state
