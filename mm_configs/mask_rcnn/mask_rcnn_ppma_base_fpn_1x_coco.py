@@ -1,15 +1,8 @@
 # Mask R-CNN 1x on COCO with PPMA-B; 8 GPUs x 2 images.
-_base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance.py',
-    '../_base_/schedules/mask_rcnn_1x.py', '../_base_/det_runtime.py'
-]
+_base_ = './mask_rcnn_ppma_tiny_fpn_1x_coco.py'
 model = dict(
     backbone=dict(
         model_name='ppma_base',
         drop_path_rate=0.4,
-        # Official ImageNet-1k checkpoint (or a local/converted copy: override with
-        # --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification/PPMA_B_202504101400/best.pth')),
+        init_cfg=dict(checkpoint='https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification/PPMA_B_202504101400/best.pth')),
     neck=dict(in_channels=[80, 160, 320, 512]))

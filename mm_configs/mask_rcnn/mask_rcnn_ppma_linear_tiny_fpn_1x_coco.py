@@ -1,13 +1,8 @@
 # Mask R-CNN 1x on COCO with PPMA-linear-T (linear polyline attention in every stage); 8 GPUs x 2 images.
-_base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance.py',
-    '../_base_/schedules/mask_rcnn_1x.py', '../_base_/det_runtime.py'
-]
+_base_ = './mask_rcnn_ppma_tiny_fpn_1x_coco.py'
+# No ImageNet checkpoint is released for the linear kind: pass one trained with timm
+# (--cfg-options model.backbone.init_cfg.checkpoint=PATH) or train from scratch.
 model = dict(
     backbone=dict(
         model_name='ppma_linear_tiny',
-        drop_path_rate=0.1,
-        # No ImageNet checkpoint is released for the linear kind: pass one trained with timm
-        # (init_cfg=dict(type='Pretrained', checkpoint=...)) or train from scratch.
-        init_cfg=None),
-    neck=dict(in_channels=[64, 128, 256, 512]))
+        init_cfg=None))

@@ -1,22 +1,9 @@
 # UPerNet 160k on Cityscapes 1024x1024 with PPMA-B;
-# 8 GPUs x 1 image; sliding-window test.
-_base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/cityscapes_1024x1024.py',
-    '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
-]
-crop_size = (1024, 1024)
+_base_ = './upernet_ppma_tiny_1024x1024_160k_cityscapes.py'
 model = dict(
-    data_preprocessor=dict(size=crop_size),
     backbone=dict(
         model_name='ppma_base',
         drop_path_rate=0.4,
-        # Official ImageNet-1k checkpoint (or a local/converted copy: override with
-        # --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification/PPMA_B_202504101400/best.pth')),
-    decode_head=dict(in_channels=[80, 160, 320, 512], num_classes=19),
-    auxiliary_head=dict(in_channels=320, num_classes=19),
-    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(768, 768)))
-train_cfg = dict(val_interval=4000)
-default_hooks = dict(checkpoint=dict(interval=4000))
+        init_cfg=dict(checkpoint='https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification/PPMA_B_202504101400/best.pth')),
+    decode_head=dict(in_channels=[80, 160, 320, 512]),
+    auxiliary_head=dict(in_channels=320))

@@ -1,20 +1,9 @@
 # UPerNet 160k on ADE20K 512x512 with PPMA-B;
-# 8 GPUs x 2 images; sliding-window test.
-_base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
-    '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
-]
-crop_size = (512, 512)
+_base_ = './upernet_ppma_tiny_512x512_160k_ade20k.py'
 model = dict(
-    data_preprocessor=dict(size=crop_size),
     backbone=dict(
         model_name='ppma_base',
         drop_path_rate=0.4,
-        # Official ImageNet-1k checkpoint (or a local/converted copy: override with
-        # --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification/PPMA_B_202504101400/best.pth')),
-    decode_head=dict(in_channels=[80, 160, 320, 512], num_classes=150),
-    auxiliary_head=dict(in_channels=320, num_classes=150),
-    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))
+        init_cfg=dict(checkpoint='https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification/PPMA_B_202504101400/best.pth')),
+    decode_head=dict(in_channels=[80, 160, 320, 512]),
+    auxiliary_head=dict(in_channels=320))

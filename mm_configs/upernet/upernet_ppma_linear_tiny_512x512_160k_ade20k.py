@@ -1,18 +1,8 @@
 # UPerNet 160k on ADE20K 512x512 with PPMA-linear-T (linear polyline attention in every stage);
-# 8 GPUs x 2 images; sliding-window test.
-_base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
-    '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
-]
-crop_size = (512, 512)
+_base_ = './upernet_ppma_tiny_512x512_160k_ade20k.py'
+# No ImageNet checkpoint is released for the linear kind: pass one trained with timm
+# (--cfg-options model.backbone.init_cfg.checkpoint=PATH) or train from scratch.
 model = dict(
-    data_preprocessor=dict(size=crop_size),
     backbone=dict(
         model_name='ppma_linear_tiny',
-        drop_path_rate=0.1,
-        # No ImageNet checkpoint is released for the linear kind: pass one trained with timm
-        # (init_cfg=dict(type='Pretrained', checkpoint=...)) or train from scratch.
-        init_cfg=None),
-    decode_head=dict(in_channels=[64, 128, 256, 512], num_classes=150),
-    auxiliary_head=dict(in_channels=256, num_classes=150),
-    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))
+        init_cfg=None))

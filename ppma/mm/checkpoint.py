@@ -15,20 +15,23 @@ from __future__ import annotations
 
 import sys
 
+from ppma.models.checkpoint import allow_namespace
 from ppma.models.checkpoint import read_checkpoint as ppma_read_checkpoint
 
 
 def read_checkpoint(path: str) -> dict:
     """Read a local checkpoint (:func:`ppma.models.read_checkpoint`) or a URL (mmengine's loader).
 
-    Both load with ``weights_only=True`` (the default of torch >= 2.6); the globals that our
-    training checkpoints and the official ones need are allowed by :mod:`ppma.mm.serialization`.
+    Both load with ``weights_only=True`` (the default of torch >= 2.6), allowing the official
+    checkpoints' ``argparse.Namespace`` (:func:`ppma.models.checkpoint.allow_namespace`); what
+    our training checkpoints hold is allowed by :mod:`ppma.mm.serialization`.
     """
     if "://" not in str(path):
         return ppma_read_checkpoint(path)
     from mmengine.runner import CheckpointLoader
 
-    return CheckpointLoader.load_checkpoint(str(path), map_location="cpu")
+    with allow_namespace():
+        return CheckpointLoader.load_checkpoint(str(path), map_location="cpu")
 
 
 def filter_fn_of(model_name: str):

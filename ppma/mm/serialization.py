@@ -8,12 +8,13 @@ exactly the plain-data objects these checkpoints contain:
 - mmengine's ``HistoryBuffer`` (the message hub's logged scalars in ``meta``); it pickles its
   statistics methods as ``getattr(HistoryBuffer, 'mean')``, so ``builtins.getattr`` resolves to
   :func:`history_buffer_method`, which returns those methods and refuses everything else;
-- numpy arrays, dtypes and scalars (values logged by hooks and metrics);
-- ``argparse.Namespace`` (the ``args`` entry of the official PPMA classification checkpoints).
+- numpy arrays, dtypes and scalars (values logged by hooks and metrics).
 
-None of them runs code when unpickled beyond setting attributes or building arrays.
+None of them runs code when unpickled beyond setting attributes or building arrays. (The
+``argparse.Namespace`` of official classification checkpoints is allowed only while ppma reads
+them, by :func:`ppma.models.checkpoint.allow_namespace`: a global allowance would not last, as
+torch's ``safe_globals`` context, which timm's loader uses too, removes it on exit.)
 """
-import argparse
 import pickle
 
 import numpy as np
@@ -37,7 +38,7 @@ def checkpoint_globals() -> list:
     """What :func:`allow_checkpoint_globals` registers (objects, or ``(object, pickled name)``)."""
     multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray
     numeric_dtypes = {type(np.dtype(code)) for code in np.typecodes["All"] if code not in "OV"}
-    return [HistoryBuffer, (history_buffer_method, "builtins.getattr"), argparse.Namespace,
+    return [HistoryBuffer, (history_buffer_method, "builtins.getattr"),
             np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar,
             *sorted(numeric_dtypes, key=lambda cls: cls.__name__)]
 

@@ -10,6 +10,7 @@ prefix; the ``backbone.*`` entries of a detector/segmentor, with the OpenMMLab a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 from pathlib import Path
 
@@ -18,6 +19,21 @@ import torch
 _logger = logging.getLogger(__name__)
 
 STATE_DICT_KEYS = ("model", "models", "state_dict")
+
+
+@contextlib.contextmanager
+def allow_namespace():
+    """Allow ``argparse.Namespace`` in weights-only loads inside the block.
+
+    torch's ``safe_globals`` context removes its globals on exit, even ones allowed before it:
+    it is entered only when ``Namespace`` is not allowed yet, so the caller's allow-list stays
+    as it was.
+    """
+    if argparse.Namespace in torch.serialization.get_safe_globals():
+        yield
+    else:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            yield
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -35,7 +51,7 @@ def read_checkpoint(path: str | Path) -> dict:
         from safetensors.torch import load_file
 
         return load_file(str(path), device="cpu")
-    with torch.serialization.safe_globals([argparse.Namespace]):
+    with allow_namespace():
         return torch.load(path, map_location="cpu", weights_only=True)
 
 

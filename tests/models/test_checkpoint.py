@@ -1,0 +1,64 @@
+"""Reading checkpoint files and finding the model's tensors in every accepted layout."""
+import argparse
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from ppma.models.checkpoint import model_state_dict, read_checkpoint
+
+WEIGHTS = {"stem.conv1.weight": torch.randn(2, 3), "head.fc.bias": torch.randn(4)}
+
+
+@pytest.mark.parametrize("layout", ["plain", "model", "models", "state_dict", "ddp", "segmentor"])
+def test_model_state_dict_finds_the_weights(layout):
+    wrapped = {
+        "plain": WEIGHTS,
+        "model": {"model": WEIGHTS, "epoch": 3},
+        "models": {"models": WEIGHTS, "optimizer": {"state": {}}, "args": argparse.Namespace(lr=1)},
+        "state_dict": {"state_dict": WEIGHTS, "meta": {}},
+        "ddp": {"model": {f"module.{k}": v for k, v in WEIGHTS.items()}},
+        "segmentor": {"state_dict": {**{f"backbone.model.{k}": v for k, v in WEIGHTS.items()},
+                                     "decode_head.conv_seg.weight": torch.randn(3)}},
+    }[layout]
+    state = model_state_dict(wrapped)
+    assert state.keys() == WEIGHTS.keys()
+    for k, v in WEIGHTS.items():
+        assert state[k] is v
+
+
+def test_model_state_dict_rejects_what_holds_no_weights():
+    with pytest.raises(ValueError, match="holds no tensors"):
+        model_state_dict({"epoch": 3, "args": argparse.Namespace()})
+    with pytest.raises(ValueError, match="must be a dict"):
+        model_state_dict([torch.ones(1)])
+
+
+@pytest.mark.parametrize("allowed_before", [False, True])
+def test_read_checkpoint_allows_namespace_and_keeps_the_allow_list(tmp_path, allowed_before):
+    path = tmp_path / "best.pth"
+    torch.save({"models": WEIGHTS, "args": argparse.Namespace(model="PPMAViT_T")}, path)
+    if allowed_before:
+        torch.serialization.add_safe_globals([argparse.Namespace])
+    try:
+        checkpoint = read_checkpoint(path)
+        assert checkpoint["args"].model == "PPMAViT_T"
+        assert (argparse.Namespace in torch.serialization.get_safe_globals()) == allowed_before
+    finally:
+        torch.serialization._weights_only_unpickler._remove_safe_globals([argparse.Namespace])
+
+
+class Foreign:  # any class torch does not allow
+    pass
+
+
+def test_read_checkpoint_refuses_other_objects_and_reads_safetensors(tmp_path):
+    torch.save({"model": WEIGHTS, "extra": Foreign()}, tmp_path / "bad.pth")
+    with pytest.raises(pickle.UnpicklingError, match="Foreign"):
+        read_checkpoint(tmp_path / "bad.pth")
+    save_file(WEIGHTS, tmp_path / "w.safetensors")
+    state = read_checkpoint(tmp_path / "w.safetensors")
+    torch.testing.assert_close(state, WEIGHTS)
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        read_checkpoint(tmp_path / "missing.pth")
