@@ -168,3 +168,26 @@ def test_bad_arguments_and_inputs():
         attn(torch.randn(1, 3, 4, 6))
     with pytest.raises(ValueError, match=r"\(B, H, W, C\)"):
         attn(torch.randn(1, 2, 3, 4, 8))
+
+
+@pytest.mark.parametrize("grid", ["2d", "3d"])
+def test_linear_kind_through_the_triton_kernel_matches_torch(monkeypatch, grid):
+    """The linear kind's scan (channels d*d + d, a permuted view) through the kernel, fwd and bwd."""
+    pytest.importorskip("triton", reason="triton is not installed")
+    from ppma.ops.backend import triton_unavailable_reason
+
+    x_shape = (1, 5, 7, 8) if grid == "2d" else (1, 2, 3, 5, 8)
+    x = torch.randn(x_shape)
+    if triton_unavailable_reason(x.device) is not None:
+        pytest.skip("Triton cannot run here: set TRITON_INTERPRET=1 (CI does) or use a GPU")
+    attn = PolylineAttention(8, 2, kind="linear", grid=grid).double()
+    results = {}
+    for backend in ("torch", "triton"):
+        monkeypatch.setenv("PPMA_BACKEND", backend)
+        attn.zero_grad()
+        inp = x.double().requires_grad_()
+        out = attn(inp)
+        out.square().sum().backward()
+        results[backend] = (out, inp.grad, attn.decay.proj.weight.grad, attn.decay.A_log.grad)
+    for got, want in zip(results["triton"], results["torch"]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
