@@ -1,0 +1,18 @@
+"""tools/model_stats.py prints the parameter and FLOP table of docs/models.md."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fvcore", reason="fvcore is not installed (pip install 'ppma[test]')")
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "model_stats.py"
+
+
+def test_table_rows_and_unknown_model():
+    result = subprocess.run([sys.executable, TOOL, "ppma_tiny", "--size", "64", "96"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    row = result.stdout.strip().splitlines()[-1]
+    assert row.startswith("| ppma_tiny | 14,335,272 |") and float(row.split("|")[3]) > 0
+    bad = subprocess.run([sys.executable, TOOL, "ppma_huge"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown models ['ppma_huge']" in bad.stderr

@@ -1,0 +1,44 @@
+"""Parameters and FLOPs of ppma presets: the numbers in docs/models.md.
+
+    python tools/model_stats.py                          # every ppma preset at 224x224
+    python tools/model_stats.py ppma_tiny ppma_base --size 512 768
+
+FLOPs are :func:`ppma.models.flops.count_flops` (fvcore, one multiply-add = one FLOP, plus the
+attention, mask and scan ops fvcore misses) of one image; 3-D presets see ``--frames`` frames.
+"""
+import argparse
+
+import timm
+import torch
+
+import ppma  # noqa: F401  (registers the presets)
+from ppma.models.flops import count_flops
+
+
+def stats(name: str, size: tuple[int, int], frames: int) -> tuple[int, float]:
+    """``(parameters, GFLOPs)`` of preset ``name`` (1000 classes) on one ``size`` input."""
+    model = timm.create_model(name).eval()
+    params = sum(p.numel() for p in model.parameters())
+    shape = (1, 3, frames, *size) if model.grid == "3d" else (1, 3, *size)
+    with torch.no_grad():
+        return params, count_flops(model, shape) / 1e9
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="*", help="presets (default: every ppma_* preset)")
+    parser.add_argument("--size", type=int, nargs=2, default=(224, 224), metavar=("H", "W"))
+    parser.add_argument("--frames", type=int, default=8, help="frames for 3-D presets (default: 8)")
+    args = parser.parse_args(argv)
+    names = args.models or timm.list_models("ppma_*")
+    unknown = [n for n in names if not timm.is_model(n)]
+    if unknown:
+        parser.error(f"unknown models {unknown}; ppma presets: {timm.list_models('ppma_*')}")
+    print(f"| model | params | GFLOPs @ {args.size[0]}x{args.size[1]} |\n| --- | ---: | ---: |")
+    for name in names:
+        params, gflops = stats(name, tuple(args.size), args.frames)
+        print(f"| {name} | {params:,} | {gflops:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
