@@ -111,8 +111,8 @@ class PolylineAttention(nn.Module):
             raise ValueError(f"x must have shape {layout} with C={self.dim}, got {tuple(x.shape)}")
         v = self.v_proj(x)
         lepe = self.lepe(v)
-        q = self.q_tap(self.rope(self._split_heads(self.q_proj(x))))
-        k = self.k_tap(self.rope(self._split_heads(self.k_proj(x))) * self.scale)
+        q, k = self.rope(self._split_heads(self.q_proj(x)), self._split_heads(self.k_proj(x)))
+        q, k = self.q_tap(q), self.k_tap(k * self.scale)
         v = self._split_heads(v)
         decays = self.decay(x)
         if self.kind == "vanilla":

@@ -18,8 +18,9 @@ class GridRotaryEmbedding(nn.Module):
         rope(x)[2m]   = x[2m] cos(p theta_m) - x[2m+1] sin(p theta_m)
         rope(x)[2m+1] = x[2m+1] cos(p theta_m) + x[2m] sin(p theta_m)
 
-    No parameters. Forward: ``x`` ``(..., *grid, head_dim)`` -> same shape; the angles are
-    computed in fp32 for the grid ``x.shape[-1 - len(grid):-1]``.
+    No parameters. Forward: ``x`` ``(..., *grid, head_dim)`` -> same shape (several tensors on
+    the same grid -> a tuple, e.g. ``q, k = rope(q, k)``); the angles are computed once, in
+    fp32, for the grid ``x.shape[-1 - len(grid):-1]``.
     """
 
     def __init__(self, head_dim: int, grid_rank: int = 2, base: float = 10000.0):
@@ -37,9 +38,15 @@ class GridRotaryEmbedding(nn.Module):
         angle = index[:, None] * self.theta.to(device=device, dtype=torch.float32)[None, :]
         return angle.sin().reshape(*grid, -1), angle.cos().reshape(*grid, -1)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        grid = tuple(x.shape[-1 - self.grid_rank : -1])
-        sin, cos = self.sin_cos(grid, x.device)
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Rotate each of ``xs`` (same grid); the angles are computed once for all of them."""
+        grid = tuple(xs[0].shape[-1 - self.grid_rank : -1])
+        sin, cos = self.sin_cos(grid, xs[0].device)
+        out = tuple(self._rotate(x, sin, cos) for x in xs)
+        return out[0] if len(out) == 1 else out
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
         pairs = x.unflatten(-1, (-1, 2))
         rotated = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
         return (x * cos + rotated * sin).to(x.dtype)
