@@ -5,8 +5,8 @@ elementwise ops. PPMA's attention adds work fvcore does not see; it is counted h
 same convention:
 
 - ``aten::softmax``, and the elementwise ops that build the log-mask and add it to the logits
-  (``aten::cumsum``, ``aten::sub``, ``aten::abs``, ``aten::neg``, ``aten::add``, ``aten::exp``,
-  ``aten::mul``, ``aten::div``, ``aten::softplus``): one FLOP per output element. Elementwise
+  (``aten::masked_fill``, ``aten::cumsum``, ``aten::sub``, ``aten::abs``, ``aten::neg``,
+  ``aten::add``, ``aten::exp``, ``aten::mul``, ``aten::div``, ``aten::softplus``): one FLOP per output element. Elementwise
   ops elsewhere in the model (residual adds, activations) are counted by the same rule.
 - ``polyline_scan`` (``y = L x`` of the linear kind): per element of ``x``, per grid axis and
   per path order, two decayed recurrences and their combination: 3 FLOPs. It is traced as one
@@ -31,6 +31,7 @@ from ppma.ops import polyline_scan_reference
 
 ELEMENTWISE_OPS = (
     "aten::softmax",
+    "aten::masked_fill",
     "aten::cumsum",
     "aten::sub",
     "aten::abs",
