@@ -1,5 +1,9 @@
 """Fixtures shared by the test folders."""
+import random
+import zlib
 from types import SimpleNamespace
+
+import numpy as np
 
 import pytest
 import torch
@@ -72,8 +76,124 @@ def official_state_dict(embed_dims, depths, num_heads, mlp_ratios, layerscale, n
     return state
 
 
+# Our backbone key -> the official one (the inverse of the conversion, written from the official
+# module names: patch_embed.proj = Sequential(conv, BN, GELU, ...), layers.i.blocks.j.retention...).
+_OFFICIAL_STEM = {"conv1": 0, "norm1": 1, "conv2": 3, "norm2": 4, "conv3": 6, "norm3": 7, "conv4": 9, "norm4": 10}
+_OFFICIAL_BLOCK = [
+    ("norm1.", "retention_layer_norm."), ("norm2.", "final_layer_norm."), ("pos_conv.", "pos.conv."),
+    ("mixer.lepe.", "retention.lepe.conv."), ("mixer.decay.proj.", "retention.path_embed.dt_linear."),
+    ("mixer.decay.", "retention.path_embed."), ("mixer.", "retention."), ("mlp.dwconv.", "ffn.dwconv.conv."),
+    ("mlp.", "ffn."), ("ls1.gamma", "gamma_1"), ("ls2.gamma", "gamma_2"),
+]
+
+
+def official_backbone_key(key: str) -> str:
+    """The official PPMA name of one of our backbone keys (``stem.conv1.weight`` -> ``patch_embed.proj.0.weight``)."""
+    part = key.split(".")
+    if part[0] == "stem":
+        return f"patch_embed.proj.{_OFFICIAL_STEM[part[1]]}.{part[2]}"
+    if part[0] == "out_norms":
+        return f"outnorm{part[1]}.{part[2]}"
+    if part[2] == "downsample":
+        return f"layers.{int(part[1]) - 1}.downsample.{'reduction' if part[3] == 'conv' else 'norm'}.{part[4]}"
+    rest = ".".join(part[4:])
+    new = next(theirs + rest[len(ours):] for ours, theirs in _OFFICIAL_BLOCK if rest.startswith(ours))
+    return f"layers.{part[1]}.blocks.{part[3]}.{new}"
+
+
+def to_official_backbone(ours: dict, manifest: dict) -> dict:
+    """Our backbone state dict under the official names, checked against the official ``manifest``.
+
+    Every manifest key gets a tensor (the RoPE ``Relpos.angle`` buffers, which we recompute,
+    keep the manifest's) of the manifest's shape; layer scales become ``(1, 1, 1, C)``.
+    """
+    official = {official_backbone_key(k): v for k, v in ours.items()}
+    official = {k: v.reshape(manifest[k].shape) if k.endswith(("gamma_1", "gamma_2")) else v for k, v in official.items()}
+    official.update({k: v for k, v in manifest.items() if k.endswith("Relpos.angle")})
+    assert official.keys() == manifest.keys(), sorted(official.keys() ^ manifest.keys())
+    for k, v in manifest.items():
+        assert official[k].shape == v.shape, (k, official[k].shape, v.shape)
+    return official
+
+
+def _conv_module(shapes, name, cout, cin, k, norm):
+    """mmcv ConvModule: ``conv`` (no bias with a norm) and ``bn``."""
+    shapes[f"{name}.conv.weight"] = (cout, cin, k, k)
+    if norm:
+        for leaf in ("weight", "bias", "running_mean", "running_var"):
+            shapes[f"{name}.bn.{leaf}"] = (cout,)
+        shapes[f"{name}.bn.num_batches_tracked"] = ()
+    else:
+        shapes[f"{name}.conv.bias"] = (cout,)
+
+
+def official_mask_rcnn_heads(in_channels, width, fc_width, num_classes, mask_convs):
+    """Names and shapes of the neck and heads of an official Mask R-CNN checkpoint (mmdet 2.28:
+    FPN, RPNHead, StandardRoIHead with Shared2FCBBoxHead (7x7 RoIs) and FCNMaskHead)."""
+    shapes = {}
+    for i, c in enumerate(in_channels):
+        _conv_module(shapes, f"neck.lateral_convs.{i}", width, c, 1, norm=False)
+        _conv_module(shapes, f"neck.fpn_convs.{i}", width, width, 3, norm=False)
+    for name, cout, k in (("rpn_conv", width, 3), ("rpn_cls", 3, 1), ("rpn_reg", 12, 1)):  # 3 anchors
+        shapes[f"rpn_head.{name}.weight"], shapes[f"rpn_head.{name}.bias"] = (cout, width, k, k), (cout,)
+    for name, cout, cin in (("shared_fcs.0", fc_width, width * 49), ("shared_fcs.1", fc_width, fc_width),
+                            ("fc_cls", num_classes + 1, fc_width), ("fc_reg", 4 * num_classes, fc_width)):
+        shapes[f"roi_head.bbox_head.{name}.weight"], shapes[f"roi_head.bbox_head.{name}.bias"] = (cout, cin), (cout,)
+    for j in range(mask_convs):
+        _conv_module(shapes, f"roi_head.mask_head.convs.{j}", width, width, 3, norm=False)
+    shapes["roi_head.mask_head.upsample.weight"] = (width, width, 2, 2)  # ConvTranspose2d: (in, out, k, k)
+    shapes["roi_head.mask_head.upsample.bias"] = (width,)
+    shapes["roi_head.mask_head.conv_logits.weight"] = (num_classes, width, 1, 1)
+    shapes["roi_head.mask_head.conv_logits.bias"] = (num_classes,)
+    return shapes
+
+
+def official_upernet_heads(in_channels, channels, aux_in, aux_channels, num_classes):
+    """Names and shapes of the heads of an official UPerNet checkpoint (mmseg 0.30: UPerHead with
+    pool scales (1, 2, 3, 6), FCNHead auxiliary head with one conv, BN norms)."""
+    shapes = {}
+    for i in range(4):
+        _conv_module(shapes, f"decode_head.psp_modules.{i}.1", channels, in_channels[-1], 1, norm=True)
+    _conv_module(shapes, "decode_head.bottleneck", channels, in_channels[-1] + 4 * channels, 3, norm=True)
+    for i, c in enumerate(in_channels[:-1]):
+        _conv_module(shapes, f"decode_head.lateral_convs.{i}", channels, c, 1, norm=True)
+        _conv_module(shapes, f"decode_head.fpn_convs.{i}", channels, channels, 3, norm=True)
+    _conv_module(shapes, "decode_head.fpn_bottleneck", channels, len(in_channels) * channels, 3, norm=True)
+    _conv_module(shapes, "auxiliary_head.convs.0", aux_channels, aux_in, 3, norm=True)
+    for head, c in (("decode_head", channels), ("auxiliary_head", aux_channels)):
+        shapes[f"{head}.conv_seg.weight"], shapes[f"{head}.conv_seg.bias"] = (num_classes, c, 1, 1), (num_classes,)
+    return shapes
+
+
 @pytest.fixture
 def official_layout():
     """``state_dict(**cfg)`` writes random weights under the official PPMA module names; ``CFG``
-    is a micro config for it and ``OURS`` the same config as ``timm.create_model`` kwargs."""
-    return SimpleNamespace(CFG=CFG, OURS=dict(CFG, drop_path_rate=0.0), state_dict=official_state_dict)
+    is a micro config for it and ``OURS`` the same config as ``timm.create_model`` kwargs.
+    ``to_official_backbone`` renames our backbone keys to the official ones, and
+    ``mask_rcnn_heads`` / ``upernet_heads`` give the official dense-prediction heads' names and shapes."""
+    return SimpleNamespace(CFG=CFG, OURS=dict(CFG, drop_path_rate=0.0), state_dict=official_state_dict,
+                           to_official_backbone=to_official_backbone, mask_rcnn_heads=official_mask_rcnn_heads,
+                           upernet_heads=official_upernet_heads)
+
+
+def seed_of(nodeid: str) -> int:
+    """The fixed seed of one test: a hash of its node id, so reruns see the same data."""
+    return zlib.crc32(nodeid.encode())
+
+
+@pytest.fixture(autouse=True)
+def fixed_seed(request):
+    """Seed torch, numpy and random before every test; ``torch.initial_seed()`` returns it."""
+    seed = seed_of(request.node.nodeid)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    return seed
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Name the seed in the report of a failed test."""
+    report = (yield).get_result()
+    if report.failed:
+        report.sections.append(("seed", f"this test ran with seed {seed_of(item.nodeid)} (tests/conftest.py: fixed_seed)"))

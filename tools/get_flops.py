@@ -2,9 +2,10 @@
 
     python tools/get_flops.py CONFIG [--shape 800 1280]
 
-Counted by :func:`ppma.models.flops.count_flops` (fvcore, one fused multiply-add = one FLOP
-as in the papers, plus the attention and polyline-mask ops fvcore misses) on one image of
-``--shape`` (H W). Detectors count the test-time network from the image to the head outputs
+Counted by :mod:`ppma.models.flops` (fvcore, one fused multiply-add = one FLOP as in the
+papers, every registered op by its formula) on one image of ``--shape`` (H W), in total and
+without the attention products ``q k^T`` and ``weights x v`` (which the paper's detection
+FLOPs leave out). Detectors count the test-time network from the image to the head outputs
 (RPN, RoI heads on the RPN's proposals); segmentors one whole-image forward (no sliding window).
 Ops fvcore has no rule for (e.g. NMS, RoIAlign) are left out.
 """
@@ -16,7 +17,7 @@ from torch import nn
 
 from ppma.mm.analysis import build_model, dummy_batch
 from ppma.mm.runtime import load_config
-from ppma.models.flops import count_flops
+from ppma.models.flops import flop_analysis, total_flops
 
 
 class TensorForward(nn.Module):
@@ -41,14 +42,15 @@ def main(argv=None):
     cfg = load_config(args.config)
     model = build_model(cfg)
     _, samples = dummy_batch(cfg.default_scope, 1, *args.shape)
-    backbone_flops = count_flops(model.backbone, (1, 3, *args.shape)) / 1e9
-    total_flops = count_flops(TensorForward(model, samples), (1, 3, *args.shape)) / 1e9
-    params = sum(p.numel() for p in model.parameters()) / 1e6
-    backbone_params = sum(p.numel() for p in model.backbone.parameters()) / 1e6
+    image = torch.zeros(1, 3, *args.shape)
     print(f"{args.config} at {args.shape[0]}x{args.shape[1]}:")
     name = getattr(model.backbone, "model_name", type(model.backbone).__name__)
-    print(f"  backbone ({name}): {backbone_flops:.2f} GFLOPs, {backbone_params:.2f} M params")
-    print(f"  {type(model).__name__}: {total_flops:.2f} GFLOPs, {params:.2f} M params")
+    parts = ((f"backbone ({name})", model.backbone), (type(model).__name__, TensorForward(model, samples)))
+    for label, module in parts:
+        analysis = flop_analysis(module, image)
+        params = sum(p.numel() for p in module.parameters()) / 1e6
+        print(f"  {label}: {total_flops(analysis) / 1e9:.2f} GFLOPs "
+              f"({total_flops(analysis, ('products',)) / 1e9:.2f} without attention products), {params:.2f} M params")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
     python tools/model_stats.py                          # every ppma preset at 224x224
     python tools/model_stats.py ppma_tiny ppma_base --size 512 768
 
-FLOPs are :func:`ppma.models.flops.count_flops` (fvcore, one multiply-add = one FLOP, plus the
-attention, mask and scan ops fvcore misses) of one image; 3-D presets see ``--frames`` frames.
+FLOPs are :func:`ppma.models.flops.flop_analysis` (fvcore, one multiply-add = one FLOP, every
+registered op by its formula) of one image, in total and without the attention products
+``q k^T`` and ``weights x v`` (the registry term ``'products'``, left out of the paper's detection
+FLOPs); 3-D presets see ``--frames`` frames.
 """
 import argparse
 
@@ -12,16 +14,17 @@ import timm
 import torch
 
 import ppma  # noqa: F401  (registers the presets)
-from ppma.models.flops import count_flops
+from ppma.models.flops import flop_analysis, total_flops
 
 
-def stats(name: str, size: tuple[int, int], frames: int) -> tuple[int, float]:
-    """``(parameters, GFLOPs)`` of preset ``name`` (1000 classes) on one ``size`` input."""
+def stats(name: str, size: tuple[int, int], frames: int) -> tuple[int, float, float]:
+    """``(parameters, GFLOPs, GFLOPs without the attention products)`` of preset ``name``
+    (1000 classes) on one ``size`` input."""
     model = timm.create_model(name).eval()
     params = sum(p.numel() for p in model.parameters())
     shape = (1, 3, frames, *size) if model.grid == "3d" else (1, 3, *size)
-    with torch.no_grad():
-        return params, count_flops(model, shape) / 1e9
+    analysis = flop_analysis(model, torch.zeros(shape))
+    return params, total_flops(analysis) / 1e9, total_flops(analysis, ("products",)) / 1e9
 
 
 def main(argv=None) -> None:
@@ -34,10 +37,11 @@ def main(argv=None) -> None:
     unknown = [n for n in names if not timm.is_model(n)]
     if unknown:
         parser.error(f"unknown models {unknown}; ppma presets: {timm.list_models('ppma_*')}")
-    print(f"| model | params | GFLOPs @ {args.size[0]}x{args.size[1]} |\n| --- | ---: | ---: |")
+    size = f"{args.size[0]}x{args.size[1]}"
+    print(f"| model | params | GFLOPs @ {size} | without attention products |\n| --- | ---: | ---: | ---: |")
     for name in names:
-        params, gflops = stats(name, tuple(args.size), args.frames)
-        print(f"| {name} | {params:,} | {gflops:.2f} |")
+        params, gflops, without = stats(name, tuple(args.size), args.frames)
+        print(f"| {name} | {params:,} | {gflops:.2f} | {without:.2f} |")
 
 
 if __name__ == "__main__":

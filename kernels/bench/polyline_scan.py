@@ -1,5 +1,8 @@
 """Benchmark of ``polyline_scan``: Triton kernel vs PyTorch reference vs materialized mask.
 
+A script (not installed with ``ppma.kernels``): it compares the kernel with the references of
+``ppma.ops``, which kernels themselves never import.
+
 For every shape and dtype, forward and forward+backward (``order='both'``): median time, achieved
 bandwidth over the bytes that must move, as a fraction of the measured device-to-device copy
 bandwidth, peak memory beyond the inputs, and the speed-up over the PyTorch reference.
@@ -17,16 +20,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import platform
-import statistics
-import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-from ppma.kernels.polyline_scan import polyline_scan_triton
-from ppma.ops import polyline_mask, polyline_scan_reference
-from ppma.ops.backend import triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memory
+from ppma.ops import polyline_mask, polyline_scan, polyline_scan_reference
 
 # (B, heads, H, W, C)
 FULL_SHAPES = [(64, 4, 56, 56, 256), (64, 4, 28, 28, 1024), (64, 8, 14, 14, 1024), (2, 4, 256, 256, 64)]
@@ -41,55 +42,12 @@ def materialized(x, log_alpha, log_beta, order="both", log_gamma=None):
     return (mask @ x.reshape(b, h, -1, x.shape[-1]).float()).reshape(x.shape).to(x.dtype)
 
 
-IMPLS = {"triton": polyline_scan_triton, "torch": polyline_scan_reference, "mask": materialized}
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_seconds(fn, device, warmup, repeat):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        sync(device)
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def copy_bandwidth(device, nbytes, repeat):
-    """Device-to-device copy bandwidth in bytes/s (read + write)."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).normal_()
-    dst = torch.empty_like(src)
-    return 2 * nbytes / median_seconds(lambda: dst.copy_(src), device, 2, repeat)
-
-
-def peak_memory(fn, device):
-    """Peak bytes allocated by ``fn`` beyond what existed before it.
-
-    CUDA: the caching allocator's peak. CPU: the running sum of the allocation and free events
-    that the profiler records with ``profile_memory=True``.
-    """
-    if device.type == "cuda":
-        sync(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        fn()
-        sync(device)
-        return torch.cuda.max_memory_allocated(device) - base
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    current = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        current += event.nbytes()
-        peak = max(peak, current)
-    return peak
+# triton: the op on its Triton backend; torch: autograd through the plain reference.
+IMPLS = {
+    "triton": functools.partial(polyline_scan, backend="triton"),
+    "torch": polyline_scan_reference,
+    "mask": materialized,
+}
 
 
 def make_inputs(shape, dtype, device, requires_grad):

@@ -30,11 +30,8 @@ param_scheduler = [
 optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=0.002, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(custom_keys={
-        'norm': dict(decay_mult=0.0),
-        'dt_bias': dict(decay_mult=0.0),
-        'A_log': dict(decay_mult=0.0)
-    }))
+    constructor='NoDecayOptimWrapperConstructor',  # no decay on the model's no_weight_decay()
+    paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.0)}))
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False),

@@ -1,8 +1,8 @@
-"""The residual block around a token mixer (PPMA release layout)."""
+"""Residual blocks around a token mixer: on a grid (PPMA release layout) and on a sequence."""
 from __future__ import annotations
 
 import torch
-from timm.layers import DropPath, LayerScale
+from timm.layers import DropPath, LayerScale, Mlp
 from torch import nn
 
 from .conv import GridDepthwiseConv
@@ -48,3 +48,36 @@ class MixerBlock(nn.Module):
         x = x + self.drop_path1(self.ls1(self.mixer(self.norm1(x))))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
+
+
+class SequenceBlock(nn.Module):
+    """``x += drop(ls1(mixer(norm1(x)))); x += drop(ls2(mlp(norm2(x))))`` on a token sequence.
+
+    Pre-norm transformer block: LayerNorm (eps 1e-6), timm ``Mlp`` (GELU) with
+    ``int(mlp_ratio * dim)`` hidden channels, layer scale when ``layerscale``.
+
+    Forward: ``(B, N, C)`` -> ``(B, N, C)``; the mixer sees all ``N`` tokens (prefix tokens first).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        mixer: nn.Module,
+        mlp_ratio: float = 4.0,
+        drop_path: float = 0.0,
+        layerscale: bool = False,
+        layerscale_init: float = 1e-6,
+    ):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.mixer = mixer
+        self.ls1 = LayerScale(dim, layerscale_init) if layerscale else nn.Identity()
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(mlp_ratio * dim))
+        self.ls2 = LayerScale(dim, layerscale_init) if layerscale else nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.mixer(self.norm1(x))))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))

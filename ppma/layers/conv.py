@@ -19,6 +19,6 @@ class GridDepthwiseConv(nn.Conv2d):
         super().__init__(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        frames = x.reshape(-1, *x.shape[-3:])  # (B*T, H, W, C)
-        y = super().forward(frames.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        frames = x.flatten(0, -4)  # (B*T, H, W, C); a no-op for (B, H, W, C)
+        y = self._conv_forward(frames.permute(0, 3, 1, 2), self.weight, self.bias).permute(0, 2, 3, 1)
         return y.reshape(x.shape)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-GRIDS = ("2d", "3d")
+from .layout import GRIDS
 
 
 class DecayGenerator(nn.Module):

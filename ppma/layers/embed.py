@@ -1,7 +1,8 @@
-"""Stem and downsampler of the PPMA release (convolutional, BatchNorm)."""
+"""Stems and downsampler: the PPMA release's (convolutional, BatchNorm) and a patch stem for token sequences."""
 from __future__ import annotations
 
 import torch
+from timm.layers import resample_abs_pos_embed, trunc_normal_
 from torch import nn
 
 
@@ -45,3 +46,42 @@ class ConvDownsample(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(self.conv(x.permute(0, 3, 1, 2))).permute(0, 2, 3, 1)
+
+
+class PatchStem(nn.Module):
+    """Non-overlapping patches -> token sequence, with an optional class token and position embedding.
+
+    ``proj`` is a ``patch_size`` x ``patch_size`` conv of stride ``patch_size``; the class token
+    ``cls_token`` ``(1, 1, dim)`` is prepended; the learned absolute position embedding
+    ``pos_embed`` ``(1, num_prefix_tokens + g*g, dim)``, ``g = img_size // patch_size``, is added
+    to all tokens, resampled (bicubic, timm's ``resample_abs_pos_embed``) for other grids.
+
+    Forward: ``(B, in_chans, H, W)`` -> ``(B, num_prefix_tokens + h*w, dim)``,
+    ``h, w = H // patch_size, W // patch_size``.
+    """
+
+    def __init__(
+        self, in_chans: int, dim: int, patch_size: int = 16, img_size: int = 224,
+        class_token: bool = True, pos_embed: bool = True,
+    ):
+        super().__init__()
+        self.patch_size = patch_size
+        self.num_prefix_tokens = int(class_token)
+        self.proj = nn.Conv2d(in_chans, dim, patch_size, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
+        grid = img_size // patch_size
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + grid * grid, dim)) if pos_embed else None
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        if self.pos_embed is not None:
+            trunc_normal_(self.pos_embed, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        grid = x.shape[2:]
+        x = x.flatten(2).transpose(1, 2)  # (B, h*w, dim)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        if self.pos_embed is not None:
+            x = x + resample_abs_pos_embed(self.pos_embed, grid, num_prefix_tokens=self.num_prefix_tokens)
+        return x

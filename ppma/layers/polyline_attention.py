@@ -5,14 +5,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ppma.ops import log_mask_1d, polyline_log_mask, polyline_mask, polyline_scan
+from ppma.ops import polyline_attention, polyline_scan
+from ppma.ops.polyline_attention import FORMS as MASK_FORMS
 
 from .conv import GridDepthwiseConv
 from .decay import GRIDS, DecayGenerator, _at_least_fp32
-from .rope import GridRotaryEmbedding
+from .rope import RasterRotaryEmbedding
 
 KINDS = ("vanilla", "criss_cross", "linear")
-MASK_FORMS = ("official", "paper")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -27,13 +27,14 @@ class PolylineAttention(nn.Module):
     ``N = H*W`` (3-D ``T*H*W``) tokens, ``heads`` heads of ``d = C // heads`` channels.
 
     Common to every kind: ``q, k, v`` are linear maps of ``x``; the rotary embedding
-    (:class:`GridRotaryEmbedding`) rotates ``q`` and ``k``, and ``k`` is scaled by ``d**-0.5``;
+    (:class:`RasterRotaryEmbedding`) rotates ``q`` and ``k``, and ``k`` is scaled by ``d**-0.5``;
     the decay generator maps ``x`` to log-decays ``log_alpha`` (along W), ``log_beta`` (along H)
     and, in 3-D, ``log_gamma`` (along T); LePE, a 5x5 depthwise conv of ``v``, is added to the
     attention output before ``out_proj``. ``L`` is the V2H polyline mask of :mod:`ppma.ops`
     (row = query, column = key), ``L^T`` the H2V mask and ``L2D = L + L^T``.
 
-    Kinds (``kind``):
+    Kinds (``kind``); vanilla and criss-cross are :func:`ppma.ops.polyline_attention`, with
+    ``form=mask_form`` (``None``, the default, means ``'official'``):
 
     - ``'vanilla'``, O(N^2). ``mask_form='official'`` (the released models):
       ``0.5 * softmax(QK^T + log L) V + 0.5 * softmax(QK^T + log L^T) V``;
@@ -50,7 +51,8 @@ class PolylineAttention(nn.Module):
 
       i.e. ``out_n = sum_m L2D[n, m] (q*_n . k*_m) v_m / sum_m L2D[n, m] (q*_n . k*_m)``; both
       ``L2D`` products are one :func:`ppma.ops.polyline_scan` (order ``'both'``) over the
-      ``d*d + d`` channels of ``[k* (x) v, k*]``. ``mask_form`` does not apply.
+      ``d*d + d`` channels of ``[k* (x) v, k*]``. ``mask_form`` does not apply: passing one
+      raises ``ValueError``, and the attribute is ``None``.
 
     Contract for tools that hook the layer without changing it (e.g. :mod:`ppma.vis`):
 
@@ -71,7 +73,7 @@ class PolylineAttention(nn.Module):
         num_heads: int,
         kind: str = "vanilla",
         grid: str = "2d",
-        mask_form: str = "official",
+        mask_form: str | None = None,
         shared_decay: bool = False,
         eps: float = 1e-6,
     ):
@@ -80,8 +82,12 @@ class PolylineAttention(nn.Module):
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if grid not in GRIDS:
             raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}")
-        if mask_form not in MASK_FORMS:
-            raise ValueError(f"mask_form must be one of {MASK_FORMS}, got {mask_form!r}")
+        if kind == "linear" and mask_form is not None:
+            raise ValueError(f"mask_form does not apply to the linear kind, got mask_form={mask_form!r}")
+        if kind != "linear":
+            mask_form = "official" if mask_form is None else mask_form
+            if mask_form not in MASK_FORMS:
+                raise ValueError(f"mask_form must be one of {MASK_FORMS}, got {mask_form!r}")
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
         self.dim = dim
@@ -89,6 +95,7 @@ class PolylineAttention(nn.Module):
         self.head_dim = dim // num_heads
         self.kind = kind
         self.grid = grid
+        self.token_layout = grid  # ppma.layers.layout: GRID_2D '2d' or GRID_3D '3d'
         self.mask_form = mask_form
         self.eps = eps
         self.scale = self.head_dim**-0.5
@@ -100,7 +107,7 @@ class PolylineAttention(nn.Module):
         self.lepe = GridDepthwiseConv(dim, 5)
         self.out_proj = nn.Linear(dim, dim)
         self.decay = DecayGenerator(dim, num_heads, grid=grid, shared=shared_decay)
-        self.rope = GridRotaryEmbedding(self.head_dim, grid_rank=self.grid_rank)
+        self.rope = RasterRotaryEmbedding(self.head_dim, grid_rank=self.grid_rank)
         self.q_tap = nn.Identity()
         self.k_tap = nn.Identity()
         self.feature_map = elu_feature_map
@@ -114,13 +121,11 @@ class PolylineAttention(nn.Module):
         q, k = self.rope(self._split_heads(self.q_proj(x)), self._split_heads(self.k_proj(x)))
         q, k = self.q_tap(q), self.k_tap(k * self.scale)
         v = self._split_heads(v)
-        decays = self.decay(x)
-        if self.kind == "vanilla":
-            out = self._vanilla(q, k, v, decays)
-        elif self.kind == "criss_cross":
-            out = self._criss_cross(q, k, v, decays)
+        log_alpha, log_beta, log_gamma = _unpack(self.decay(x))
+        if self.kind == "linear":
+            out = self._linear(q, k, v, log_alpha, log_beta, log_gamma)
         else:
-            out = self._linear(q, k, v, decays)
+            out = polyline_attention(q, k, v, log_alpha, log_beta, log_gamma, kind=self.kind, form=self.mask_form)
         out = out.movedim(1, -2).flatten(-2)  # (B, *grid, C)
         return self.out_proj(out + lepe)
 
@@ -128,46 +133,7 @@ class PolylineAttention(nn.Module):
         """``(B, *grid, C)`` -> ``(B, heads, *grid, d)``."""
         return t.unflatten(-1, (self.num_heads, self.head_dim)).movedim(-2, 1)
 
-    def _vanilla(self, q, k, v, decays):
-        grid = q.shape[2:-1]
-        log_alpha, log_beta, log_gamma = _unpack(decays)
-        logits = _at_least_fp32(q.flatten(2, -2) @ k.flatten(2, -2).transpose(-1, -2))  # (B, heads, N, N)
-        if self.mask_form == "official":
-            log_mask = polyline_log_mask(log_alpha, log_beta, log_gamma)
-            attn = 0.5 * (logits + log_mask).softmax(-1) + 0.5 * (logits + log_mask.transpose(-1, -2)).softmax(-1)
-        else:
-            attn = logits.softmax(-1) * polyline_mask(log_alpha, log_beta, "both", log_gamma)
-        return (attn.to(v.dtype) @ v.flatten(2, -2)).unflatten(2, grid)
-
-    def _axis_attention(self, q, k, log_decay, axis):
-        """1-D masked attention among the tokens of every line along grid ``axis`` of ``q``.
-
-        Returns ``(B, heads, *other grid axes, n, n)``, ``n = q.shape[axis]``.
-        """
-        logits = _at_least_fp32(q.movedim(axis, -2) @ k.movedim(axis, -2).transpose(-1, -2))
-        log_mask = log_mask_1d(log_decay.movedim(axis, -1))
-        if self.mask_form == "official":
-            return (logits + log_mask).softmax(-1)
-        return logits.softmax(-1) * log_mask.exp()
-
-    def _criss_cross(self, q, k, v, decays):
-        log_alpha, log_beta, log_gamma = _unpack(decays)
-        w_axis = q.dim() - 2  # axes of q (B, heads, [T,] H, W, d)
-        axes = [(log_beta, w_axis - 1), (log_alpha, w_axis)]
-        if log_gamma is not None:
-            axes.insert(0, (log_gamma, w_axis - 2))
-        attns = [(self._axis_attention(q, k, d, a).to(v.dtype), a) for d, a in axes]
-
-        def run(order):
-            y = v
-            for attn, axis in order:
-                y = (attn @ y.movedim(axis, -2)).movedim(-2, axis)
-            return y
-
-        return 0.5 * run(attns) + 0.5 * run(attns[::-1])
-
-    def _linear(self, q, k, v, decays):
-        log_alpha, log_beta, log_gamma = _unpack(decays)
+    def _linear(self, q, k, v, log_alpha, log_beta, log_gamma):
         fq, fk = self.feature_map(q), self.feature_map(k)
         d, dv = fk.shape[-1], v.shape[-1]
         state = torch.cat([(fk.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2), fk], dim=-1)

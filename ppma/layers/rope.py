@@ -1,4 +1,4 @@
-"""Rotary position embedding over a 2-D (or 3-D) token grid, as in the PPMA release."""
+"""Rotary position embedding over the raster index of a 2-D (or 3-D) token grid, as in the PPMA release."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 
-class GridRotaryEmbedding(nn.Module):
-    """Rotary embedding (RoPE) of the released PPMA models.
+class RasterRotaryEmbedding(nn.Module):
+    """Rotary embedding (RoPE) of the released PPMA models: 1-D RoPE over the raster index.
 
     Position of token ``(i, j)`` on an ``H x W`` grid is its raster index ``p = i * W + j``
     (3-D: ``p = (t * H + i) * W + j``); channel pair ``(2m, 2m+1)`` of a head is rotated by

@@ -5,15 +5,18 @@ Importing this package (configs do it with
 
 - registers :class:`PyramidBackbone` and its alias :class:`PPMA` in the ``MODELS`` registry of
   mmdet and of mmseg, whichever of the two is installed (ImportError if neither is);
+- registers :class:`NoDecayOptimWrapperConstructor` (no weight decay on the parameters the
+  model declares in ``no_weight_decay()``) in mmengine's ``OPTIM_WRAPPER_CONSTRUCTORS``;
 - allows the globals that training checkpoints need under ``torch.load(weights_only=True)``
   (:mod:`ppma.mm.serialization`), so that resume and test load them on torch >= 2.6.
 """
 import importlib
 
 from .backbone import PPMA, PyramidBackbone
+from .optim import NoDecayOptimWrapperConstructor
 from .serialization import allow_checkpoint_globals
 
-__all__ = ["PPMA", "PyramidBackbone", "REGISTERED_IN", "allow_checkpoint_globals"]
+__all__ = ["PPMA", "NoDecayOptimWrapperConstructor", "PyramidBackbone", "REGISTERED_IN", "allow_checkpoint_globals"]
 
 
 def _register(classes) -> tuple[str, ...]:

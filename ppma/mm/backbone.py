@@ -18,12 +18,12 @@ import torch
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from timm.models._features import FeatureGetterNet
-from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ppma.models.checkpoint import model_state_dict
+from ppma.models.family import checkpoint_filter_of
 
-from .checkpoint import filter_fn_of, read_checkpoint
+from .checkpoint import read_checkpoint
 
 
 class PyramidBackbone(BaseModule):
@@ -32,8 +32,9 @@ class PyramidBackbone(BaseModule):
     Args:
         model_name: a timm model name registered by ``import ppma`` (e.g. ``'ppma_tiny'``).
         out_indices: stages whose (output-normed) features are returned, strides 4/8/16/32.
-        frozen_stages: ``-1`` trains everything; ``k >= 0`` freezes the stem and the first ``k``
-            stages (with their output norms) and keeps their norm layers in eval mode.
+        frozen_stages: ``-1`` trains everything; ``k >= 0`` freezes what the model names in
+            ``frozen_modules(k)`` (the stem and the first ``k`` stages with their output norms)
+            and keeps them in eval mode.
         norm_eval: keep every BatchNorm of the backbone in eval mode while training.
         with_cp: gradient checkpointing of the blocks (saves memory, costs a recomputation).
         drop_path_rate: stochastic depth; None keeps the preset's value.
@@ -74,9 +75,6 @@ class PyramidBackbone(BaseModule):
         self.model = features.model  # keys stay the timm model's own: backbone.model.stem...
         self.out_indices = tuple(features.out_indices)
         self.channels = tuple(features.feature_info.channels())
-        num_stages = len(self.model.stages)
-        if not -1 <= frozen_stages <= num_stages:
-            raise ValueError(f"frozen_stages must be in [-1, {num_stages}], got {frozen_stages}")
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
         if with_cp:
@@ -88,18 +86,9 @@ class PyramidBackbone(BaseModule):
                                                       intermediates_only=True))
 
     # --- freezing -----------------------------------------------------------------------------
-    def _frozen_modules(self) -> list[nn.Module]:
-        if self.frozen_stages < 0:
-            return []
-        modules = [self.model.stem]
-        for i in range(self.frozen_stages):
-            modules.append(self.model.stages[i])
-            if str(i) in self.model.out_norms:
-                modules.append(self.model.out_norms[str(i)])
-        return modules
-
     def _freeze(self) -> None:
-        for module in self._frozen_modules():
+        """Eval mode and no gradients for what the model says ``frozen_stages`` covers."""
+        for module in self.model.frozen_modules(self.frozen_stages):  # ValueError names a bad value
             module.eval()
             for param in module.parameters():
                 param.requires_grad = False
@@ -132,10 +121,10 @@ class PyramidBackbone(BaseModule):
         Returns the keys that kept their initialisation; logs what was loaded.
         """
         checkpoint = model_state_dict(read_checkpoint(path))
-        filter_fn = filter_fn_of(self.model_name)
+        filter_fn = checkpoint_filter_of(self.model_name)
         own = self.model.state_dict()
         try:
-            state = filter_fn(checkpoint, self.model) if filter_fn else checkpoint
+            state = filter_fn(checkpoint, self.model)
             self.model.load_state_dict(state, strict=True)
         except (ValueError, RuntimeError) as err:  # RuntimeError: load_state_dict's shape check
             raise ValueError(f"checkpoint {path} does not fit {self.model_name!r}: {err}") from err

@@ -8,12 +8,11 @@ A backbone checkpoint may be
   checkpoint written by training (``{'state_dict': {'backbone.model.*': ...}}``).
 
 :func:`ppma.models.model_state_dict` extracts the backbone's tensors; the family's
-``checkpoint_filter_fn`` (e.g. :func:`ppma.models.ppma.checkpoint_filter_fn`) then converts
-them to the model's layout and checks them strictly (see :class:`ppma.mm.PyramidBackbone`).
+``checkpoint_filter_fn`` (found by the model name, :func:`ppma.models.family.checkpoint_filter_of`)
+then converts them to the model's layout and checks them strictly (see
+:class:`ppma.mm.PyramidBackbone`).
 """
 from __future__ import annotations
-
-import sys
 
 from ppma.models.checkpoint import allow_namespace
 from ppma.models.checkpoint import read_checkpoint as ppma_read_checkpoint
@@ -33,10 +32,3 @@ def read_checkpoint(path: str) -> dict:
     with allow_namespace():
         return CheckpointLoader.load_checkpoint(str(path), map_location="cpu")
 
-
-def filter_fn_of(model_name: str):
-    """The ``checkpoint_filter_fn`` of the timm module defining ``model_name`` (None if none)."""
-    from timm.models import model_entrypoint
-
-    module = sys.modules[model_entrypoint(model_name).__module__]
-    return getattr(module, "checkpoint_filter_fn", None)

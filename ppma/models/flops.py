@@ -1,40 +1,34 @@
-"""FLOPs of a model with fvcore, counting the attention and polyline-mask ops fvcore skips.
+"""FLOPs of a model with fvcore; every registered op counted by its registry formula.
 
-fvcore counts one multiply-add as one FLOP (so conv/linear/matmul/einsum are MACs) and ignores
-elementwise ops. PPMA's attention adds work fvcore does not see; it is counted here with the
-same convention:
+Convention (fvcore's, and the papers'): one multiply-add is one FLOP, so conv / linear / matmul /
+einsum count their MACs (fvcore's own handles). Added here:
 
-- ``aten::softmax``, and the elementwise ops that build the log-mask and add it to the logits
-  (``aten::masked_fill``, ``aten::cumsum``, ``aten::sub``, ``aten::abs``, ``aten::neg``,
-  ``aten::add``, ``aten::exp``, ``aten::mul``, ``aten::div``, ``aten::softplus``): one FLOP per output element. Elementwise
-  ops elsewhere in the model (residual adds, activations) are counted by the same rule.
-- ``polyline_scan`` (``y = L x`` of the linear kind): per element of ``x``, per grid axis and
-  per path order, two decayed recurrences and their combination: 3 FLOPs. It is traced as one
-  op, ``ppma_flops::polyline_scan``, so that the cost of the PyTorch reference's dense 1-D
-  masks does not stand in for the O(N) algorithm.
+- every op of :mod:`ppma.ops.registry` (``ppma::polyline_attention``, ``ppma::polyline_scan``,
+  ...; one node in fvcore's trace whatever backend runs) is counted by its ``flops`` formula,
+  a dict of named terms, reported per operator as ``'<op>.<term>'`` (e.g.
+  ``'polyline_attention.products'``). ``exclude_terms`` leaves terms out of a total:
+  ``('products',)`` drops the attention products ``q k^T`` and ``weights x v`` (the paper's
+  detection FLOPs leave them out, see docs/models.md);
+- the elementwise ops outside the registered ops (residual adds, layer scale, RoPE, the decay
+  generator, the linear kind's normalization): one FLOP per output element.
 
 Usage: ``count_flops(model, (1, 3, 224, 224))`` -> total FLOPs (int);
 ``flop_analysis(model, inputs)`` returns the evaluated fvcore ``FlopCountAnalysis`` (per module,
-per operator, ``fvcore.nn.flop_count_table``).
+per operator, ``fvcore.nn.flop_count_table``) and ``total_flops(analysis, exclude_terms)`` its
+total without some terms (one trace gives both totals).
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterator, Optional, Sequence
+from collections import Counter
+from typing import Sequence
 
 import torch
 from torch import nn
 
-import ppma.layers.polyline_attention as _polyline_attention
-from ppma.ops import polyline_scan_reference
+from ppma.ops import registered_ops
 
 ELEMENTWISE_OPS = (
-    "aten::softmax",
-    "aten::masked_fill",
-    "aten::cumsum",
-    "aten::sub",
-    "aten::abs",
     "aten::neg",
     "aten::add",
     "aten::exp",
@@ -42,51 +36,29 @@ ELEMENTWISE_OPS = (
     "aten::div",
     "aten::softplus",
 )
-SCAN_FLOPS_PER_ELEMENT_AXIS_ORDER = 3
 
 
-@torch.library.custom_op("ppma_flops::polyline_scan", mutates_args=())
-def _scan_for_tracing(
-    x: torch.Tensor,
-    log_alpha: torch.Tensor,
-    log_beta: torch.Tensor,
-    order: str,
-    log_gamma: Optional[torch.Tensor],
-) -> torch.Tensor:
-    return polyline_scan_reference(x, log_alpha, log_beta, order=order, log_gamma=log_gamma).clone()
-
-
-def _traced_scan(x, log_alpha, log_beta, order="both", log_gamma=None, backend=None):
-    return _scan_for_tracing(x, log_alpha, log_beta, order, log_gamma)
-
-
-@contextlib.contextmanager
-def _scan_as_one_op() -> Iterator[None]:
-    original = _polyline_attention.polyline_scan
-    _polyline_attention.polyline_scan = _traced_scan
-    try:
-        yield
-    finally:
-        _polyline_attention.polyline_scan = original
-
-
-def _shape(value) -> list[int]:
-    return value.type().sizes()
+def _argument(value):
+    """A traced op argument as the registry's formulas take it: a tensor's shape, else its value."""
+    if isinstance(value.type(), torch._C.TensorType):
+        return tuple(value.type().sizes())
+    return value.toIValue()
 
 
 def _elementwise_flops(inputs, outputs) -> int:
-    return math.prod(_shape(outputs[0]))
+    return math.prod(outputs[0].type().sizes())
 
 
-def _scan_flops(inputs, outputs) -> int:
-    shape = _shape(inputs[0])
-    order = inputs[3].toIValue()
-    axes = len(shape) - 3  # (B, heads, *grid, C)
-    return math.prod(shape) * axes * (2 if order == "both" else 1) * SCAN_FLOPS_PER_ELEMENT_AXIS_ORDER
+def _op_handle(name: str, formula):
+    def handle(inputs, outputs) -> Counter:
+        terms = formula(*[_argument(v) for v in inputs[:-1]])  # the last argument is the backend
+        return Counter({f"{name}.{term}": flops for term, flops in terms.items()})
+
+    return handle
 
 
 def flop_analysis(model: nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor]):
-    """fvcore ``FlopCountAnalysis`` of one eval-mode forward of ``model`` on ``inputs``, with the
+    """fvcore ``FlopCountAnalysis`` of one eval-mode forward of ``model`` on ``inputs`` with the
     handles above, already evaluated (``total()``, ``by_module()``, ``by_operator()`` are cached)."""
     from fvcore.nn import FlopCountAnalysis
 
@@ -94,17 +66,33 @@ def flop_analysis(model: nn.Module, inputs: torch.Tensor | Sequence[torch.Tensor
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _scan_as_one_op():
+        with torch.no_grad():
             analysis = FlopCountAnalysis(model, inputs)
             analysis.set_op_handle(**{op: _elementwise_flops for op in ELEMENTWISE_OPS})
-            analysis.set_op_handle("ppma_flops::polyline_scan", _scan_flops)
+            analysis.set_op_handle(
+                **{f"ppma::{name}": _op_handle(name, op.flops) for name, op in registered_ops().items()}
+            )
             analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-            analysis.total()  # trace now, while the scan is one op
+            analysis.total()
     finally:
         model.train(was_training)
     return analysis
 
 
-def count_flops(model: nn.Module, input_shape: Sequence[int] = (1, 3, 224, 224)) -> int:
-    """Total FLOPs (multiply-adds) of one forward of ``model`` on zeros of ``input_shape``."""
-    return int(flop_analysis(model, torch.zeros(input_shape)).total())
+def total_flops(analysis, exclude_terms: Sequence[str] = ()) -> int:
+    """``analysis.total()`` without the registered ops' terms named in ``exclude_terms``."""
+    ops = registered_ops()
+    left_out = sum(
+        flops
+        for key, flops in analysis.by_operator().items()
+        if key.partition(".")[0] in ops and key.partition(".")[2] in exclude_terms
+    )
+    return int(analysis.total() - left_out)
+
+
+def count_flops(
+    model: nn.Module, input_shape: Sequence[int] = (1, 3, 224, 224), exclude_terms: Sequence[str] = ()
+) -> int:
+    """Total FLOPs (multiply-adds) of one forward of ``model`` on zeros of ``input_shape``,
+    without the registered ops' terms named in ``exclude_terms`` (e.g. ``('products',)``)."""
+    return total_flops(flop_analysis(model, torch.zeros(input_shape)), exclude_terms)

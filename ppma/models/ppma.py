@@ -2,7 +2,8 @@
 
 Released models (github.com/zhongchenzhao/PPMA, Apache-2.0): PPMA-T/S/B, whose early stages use
 criss-cross attention and later stages vanilla masked attention. Added here: ``ppma_linear_*``
-(linear polyline attention in every stage, O(N)) and ``ppma_tiny_3d`` (clips and volumes).
+(linear polyline attention in every stage, O(N)), ``ppma_tiny_3d`` (clips and volumes) and
+``test_ppma`` (tiny, for generic model tests).
 
 Official checkpoints (``{'model': state_dict}``, also mmdet/mmseg checkpoints with a
 ``backbone.`` prefix) are converted by :func:`checkpoint_filter_fn`::
@@ -19,15 +20,16 @@ from typing import Sequence
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import trunc_normal_
-from timm.models._builder import build_model_with_cfg
-from timm.models._features import feature_take_indices
-from timm.models._registry import generate_default_cfgs, register_model
+from timm.models import (
+    build_model_with_cfg, generate_default_cfgs, register_model, register_notrace_module, resolve_pretrained_cfg,
+)
 from torch import nn
 
-from ppma.layers import KINDS, PolylineAttention
+from ppma.layers import KINDS, PolylineAttention, ProjectionHead
 
+from .backbone import take_indices
 from .checkpoint import model_state_dict
-from .skeleton import HierarchicalBackbone
+from .skeleton import HierarchicalBackbone, per_stage
 
 _logger = logging.getLogger(__name__)
 
@@ -39,10 +41,13 @@ class PPMA(HierarchicalBackbone):
 
     Args (per-stage sequences have one entry per stage):
         embed_dims, depths, num_heads, mlp_ratios: stage widths, blocks, heads, FFN ratios.
+        layerscale: bool or one bool per stage (:class:`~ppma.layers.MixerBlock`'s layer scale),
+            initialised to ``layerscale_init``.
         attn_kinds: ``'vanilla'``, ``'criss_cross'`` or ``'linear'`` per stage.
         mask_form: ``'official'`` (mask inside the softmax, the released weights) or ``'paper'``.
         grid: ``'2d'`` (images ``(B, C, H, W)``) or ``'3d'`` (``(B, C, T, H, W)``).
         shared_decay: one decay for all grid axes (alpha = beta), the paper's ablation.
+        head_hidden_dim: width of the head's projection (the pre-logits features), 1024 as released.
         other args: see :class:`HierarchicalBackbone`.
     """
 
@@ -58,11 +63,13 @@ class PPMA(HierarchicalBackbone):
         shared_decay: bool = False,
         in_chans: int = 3,
         num_classes: int = 1000,
+        global_pool: str = "avg",
         drop_path_rate: float = 0.1,
         layerscale: bool | Sequence[bool] = False,
         layerscale_init: float = 1e-6,
         output_norms: bool | Sequence[int] = (),
         with_head: bool = True,
+        head_hidden_dim: int = 1024,
     ):
         for name, seq in (("num_heads", num_heads), ("attn_kinds", attn_kinds)):
             if len(seq) != len(embed_dims):
@@ -71,8 +78,15 @@ class PPMA(HierarchicalBackbone):
             if kind not in KINDS:
                 raise ValueError(f"attn_kinds entries must be one of {KINDS}, got {kind!r}")
         mixers = [
-            partial(PolylineAttention, num_heads=h, kind=k, grid=grid, mask_form=mask_form, shared_decay=shared_decay)
+            partial(
+                PolylineAttention, num_heads=h, kind=k, grid=grid, shared_decay=shared_decay,
+                mask_form=None if k == "linear" else mask_form,  # mask_form does not apply to linear
+            )
             for h, k in zip(num_heads, attn_kinds)
+        ]
+        block_kwargs = [
+            dict(layerscale=ls, layerscale_init=layerscale_init)
+            for ls in per_stage(layerscale, len(embed_dims), "layerscale")
         ]
         super().__init__(
             mixers,
@@ -81,16 +95,22 @@ class PPMA(HierarchicalBackbone):
             mlp_ratios=mlp_ratios,
             in_chans=in_chans,
             num_classes=num_classes,
+            global_pool=global_pool,
             drop_path_rate=drop_path_rate,
-            layerscale=layerscale,
-            layerscale_init=layerscale_init,
+            block_kwargs=block_kwargs,
             grid=grid,
             output_norms=output_norms,
             with_head=with_head,
+            head_layer=partial(ProjectionHead, hidden_dim=head_hidden_dim),
         )
         self.attn_kinds = tuple(attn_kinds)
         self.mask_form = mask_form
         self.apply(_init_weights)
+
+
+# torch.fx (timm's feature extraction, test_models' FX tests) keeps the mixer as one call: its
+# shape checks and data-dependent kind dispatch are not symbolically traceable.
+register_notrace_module(PolylineAttention)
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -147,6 +167,10 @@ def _convert_official_key(key: str) -> str | None:
     raise ValueError(f"unexpected key {key!r} in the official PPMA checkpoint (no counterpart in this model)")
 
 
+def _is_official(state_dict: dict) -> bool:
+    return any(k.startswith(("patch_embed.", "layers.")) for k in state_dict)
+
+
 def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
     """Convert an official PPMA checkpoint (or one of ours) to ``model``'s layout, strictly.
 
@@ -160,7 +184,7 @@ def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
     to a different ``num_classes``.
     """
     state_dict = model_state_dict(state_dict)
-    ours = not any(k.startswith(("patch_embed.", "layers.")) for k in state_dict)
+    ours = not _is_official(state_dict)
     out, source = {}, {}
     for key, value in state_dict.items():
         new_key = key if ours else _convert_official_key(key)
@@ -191,6 +215,28 @@ def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
             + (f"model keys missing from the checkpoint: {missing}" if missing else "")
         )
     return out
+
+
+def checkpoint_model_kwargs(state_dict: dict) -> dict:
+    """``timm.create_model`` keywords under which a checkpoint (official or our layout) loads.
+
+    Output norms: the stages of its ``outnorm{i}`` / ``out_norms.{i}`` keys (a dense-prediction
+    backbone). Head: ``with_head=False`` without head keys, else ``num_classes`` from the
+    classifier (0 when it has the projection head but no classifier).
+    """
+    state_dict = model_state_dict(state_dict)
+    kwargs = {}
+    norms = sorted({int(m[1]) for k in state_dict if (m := re.match(r"(?:outnorm|out_norms\.)(\d+)\.", k))})
+    if norms:
+        kwargs["output_norms"] = norms
+    official = _is_official(state_dict)
+    head_keys = ("proj.", "norm.", "head.") if official else ("head.",)
+    classifier = "head.weight" if official else "head.fc.weight"
+    if not any(k.startswith(head_keys) for k in state_dict):
+        kwargs["with_head"] = False
+    else:
+        kwargs["num_classes"] = state_dict[classifier].shape[0] if classifier in state_dict else 0
+    return kwargs
 
 
 def _check_rope_angle(key: str, value: torch.Tensor, model: PPMA) -> None:
@@ -224,14 +270,26 @@ PRESETS = {
 for _size in ("tiny", "small", "base"):
     PRESETS[f"ppma_linear_{_size}"] = dict(PRESETS[f"ppma_{_size}"], attn_kinds=("linear",) * 4)
 PRESETS["ppma_tiny_3d"] = dict(PRESETS["ppma_tiny"], grid="3d")
+# timm's test_* convention: tiny and fast, for generic model tests; still criss-cross then vanilla.
+PRESETS["test_ppma"] = dict(
+    embed_dims=(16, 32, 48, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4), mlp_ratios=(2, 2, 2, 2),
+    attn_kinds=("criss_cross", "criss_cross", "vanilla", "vanilla"), drop_path_rate=0.0, head_hidden_dim=128,
+)
 
 
 def _create_ppma(variant: str, pretrained: bool = False, **kwargs) -> PPMA:
     kwargs = {**PRESETS[variant], **kwargs}
     if kwargs.get("features_only"):  # as the released dense-prediction backbones: no head, normed outputs
-        kwargs.setdefault("output_norms", feature_take_indices(len(kwargs["embed_dims"]), kwargs.get("out_indices"))[0])
+        kwargs.setdefault("output_norms", take_indices(len(kwargs["embed_dims"]), kwargs.get("out_indices"))[0])
         kwargs.setdefault("with_head", False)
-    return build_model_with_cfg(
+    # timm's builder reads in_chans from a (C, H, W) input_size; a 3-D preset's is (C, T, H, W):
+    # build with one frame's and give the model the clip's.
+    cfg = resolve_pretrained_cfg(variant, kwargs.get("pretrained_cfg"), kwargs.get("pretrained_cfg_overlay"))
+    clip_size = cfg.input_size if len(cfg.input_size) == 4 else None
+    if clip_size:
+        frame_size = (clip_size[0], *clip_size[2:])
+        kwargs["pretrained_cfg_overlay"] = {**(kwargs.get("pretrained_cfg_overlay") or {}), "input_size": frame_size}
+    model = build_model_with_cfg(
         PPMA,
         variant,
         pretrained,
@@ -239,6 +297,10 @@ def _create_ppma(variant: str, pretrained: bool = False, **kwargs) -> PPMA:
         feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter"),
         **kwargs,
     )
+    if clip_size:
+        for m in {model, getattr(model, "model", model)}:
+            m.pretrained_cfg = m.default_cfg = {**m.pretrained_cfg, "input_size": clip_size}
+    return model
 
 
 _HF = "https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification"
@@ -269,7 +331,8 @@ default_cfgs = generate_default_cfgs({
     "ppma_linear_tiny": _cfg(),
     "ppma_linear_small": _cfg(),
     "ppma_linear_base": _cfg(),
-    "ppma_tiny_3d": _cfg(),  # input (B, 3, T, 224, 224); timm cfgs describe one frame
+    "ppma_tiny_3d": _cfg(input_size=(3, 8, 224, 224), pool_size=(8, 7, 7)),  # (C, T, H, W): 8-frame clips
+    "test_ppma": _cfg(input_size=(3, 160, 160), pool_size=(5, 5)),
 })
 
 
@@ -313,3 +376,9 @@ def ppma_linear_base(pretrained: bool = False, **kwargs) -> PPMA:
 def ppma_tiny_3d(pretrained: bool = False, **kwargs) -> PPMA:
     """PPMA-T on clips/volumes ``(B, C, T, H, W)``: polyline masks over T x H x W."""
     return _create_ppma("ppma_tiny_3d", pretrained, **kwargs)
+
+
+@register_model
+def test_ppma(pretrained: bool = False, **kwargs) -> PPMA:
+    """Tiny PPMA (widths 16-64, one block per stage, 0.26 M params) for fast generic model tests."""
+    return _create_ppma("test_ppma", pretrained, **kwargs)

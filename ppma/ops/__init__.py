@@ -1,25 +1,33 @@
-"""Tensor math as plain functions: references in PyTorch, Triton kernels where they pay off."""
-from .backend import backend_report, select_backend
-from .polyline import (
-    ORDERS,
-    decay_scan_1d,
-    log_mask_1d,
-    polyline_log_mask,
-    polyline_mask,
-    polyline_mask_1d,
-    polyline_scan,
-    polyline_scan_reference,
-)
+"""Tensor math as ops: plain PyTorch references, Triton kernels where they pay off.
+
+One folder per op, ``ppma/ops/<op>/`` (``reference.py``: the plain reference; ``op.py``: its
+registration in :mod:`.registry` and the public function). The public function has the op's
+name, so ``ppma.ops.polyline_scan`` is the function; import a folder's members by module path
+(``from ppma.ops.polyline_scan.reference import ...``). See docs/ops.md.
+"""
+from ._checks import ORDERS
+from .cross_scan import cross_merge, cross_scan
+from .polyline_attention import polyline_attention, polyline_attention_reference
+from .polyline_mask import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
+from .polyline_scan import decay_scan_1d, polyline_scan, polyline_scan_reference
+from .registry import backend_report, registered_ops, select_backend
+from .selective_scan import selective_scan
 
 __all__ = [
     "ORDERS",
     "backend_report",
+    "cross_merge",
+    "cross_scan",
     "decay_scan_1d",
     "log_mask_1d",
+    "polyline_attention",
+    "polyline_attention_reference",
     "polyline_log_mask",
     "polyline_mask",
     "polyline_mask_1d",
     "polyline_scan",
     "polyline_scan_reference",
+    "registered_ops",
     "select_backend",
+    "selective_scan",
 ]

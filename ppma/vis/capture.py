@@ -35,7 +35,7 @@ class AttentionRecord:
     name: str
     kind: str
     grid: str
-    mask_form: str
+    mask_form: str | None  # None for the linear kind
     num_heads: int
     log_alpha: torch.Tensor
     log_beta: torch.Tensor

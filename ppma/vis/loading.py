@@ -1,9 +1,10 @@
 """Inputs for the visualization tools: images, models and their checkpoints, query strings.
 
-Checkpoints accepted by :func:`load_model`: the official PPMA ``.pth`` (``{'model': state}``),
-our safetensors files (``tools/convert_checkpoint.py``), and OpenMMLab checkpoints of detectors
-and segmentors (their ``backbone.`` entries), all converted by
-:func:`ppma.models.ppma.checkpoint_filter_fn`. Any key that does not fit is an error.
+Checkpoints accepted by :func:`load_model`: the official ``.pth`` (``{'model': state}``), our
+safetensors files (``tools/convert_checkpoint.py``), and OpenMMLab checkpoints of detectors and
+segmentors (their ``backbone.`` entries). The model's family (found by its name,
+:mod:`ppma.models.family`) says from the checkpoint's keys how to build the model (head or not,
+output norms) and converts them; any key that does not fit is an error.
 """
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import timm
 import torch
 from PIL import Image, UnidentifiedImageError
 from safetensors import SafetensorError
 
 from ppma.models.checkpoint import model_state_dict, read_checkpoint
+from ppma.models.family import create_from_checkpoint, family_module
 
 logger = logging.getLogger(__name__)
 
@@ -73,18 +76,6 @@ def parse_query(text: str) -> tuple[float, float]:
     return x, y
 
 
-def create_model(name: str, **kwargs) -> torch.nn.Module:
-    """``timm.create_model(name, **kwargs)`` for a registered PPMA preset, in eval mode."""
-    import timm
-
-    import ppma  # noqa: F401  (registers the presets)
-
-    if not timm.is_model(name):
-        choices = ", ".join(timm.list_models("ppma*"))
-        raise ValueError(f"unknown model {name!r}; PPMA models: {choices}")
-    return timm.create_model(name, **kwargs).eval()
-
-
 def _read_checkpoint(path: Path) -> dict:
     """The model's tensors in ``path`` (:func:`ppma.models.read_checkpoint`, weights only).
 
@@ -105,40 +96,26 @@ def _read_checkpoint(path: Path) -> dict:
         raise ValueError(f"cannot read checkpoint {path}: {err}") from err
 
 
-def _load_state(model: torch.nn.Module, state: dict) -> None:
-    """Convert ``state`` with :func:`ppma.models.ppma.checkpoint_filter_fn` and load it strictly."""
-    from ppma.models.ppma import checkpoint_filter_fn
-
-    try:
-        model.load_state_dict(checkpoint_filter_fn(state, model), strict=True)
-    except (KeyError, RuntimeError) as err:  # RuntimeError: missing/unexpected keys, shape mismatches
-        raise ValueError(str(err)) from err
-
-
 def load_model(name: str, checkpoint: str | Path | None = None) -> tuple[torch.nn.Module, bool]:
     """Build preset ``name`` and load ``checkpoint`` (if given); returns ``(model, has_classifier)``.
 
-    A checkpoint that fits only without the classification head (a detection/segmentation
-    backbone) is loaded into the model with its head removed. Raises
-    ``FileNotFoundError``, or ``ValueError`` naming the keys that do not fit.
+    The model is built as the checkpoint's keys say (its family's ``checkpoint_model_kwargs``):
+    a detection/segmentation backbone without the classification head, with its output norms.
+    Loading is strict. Raises ``FileNotFoundError``, or ``ValueError`` naming the keys that do not fit.
     """
+    family_module(name)  # ValueError for an unknown model, naming the models of this package
     if checkpoint is None:
-        return create_model(name), False
+        return timm.create_model(name).eval(), False
     path = Path(checkpoint)
     state = _read_checkpoint(path)
-    model = create_model(name)
     try:
-        _load_state(model, state)
-        logger.info("loaded %s into %s", path, name)
-        return model, True
+        model = create_from_checkpoint(name, state).eval()
     except ValueError as err:
-        model.head = None  # a pure backbone, as built with with_head=False
-        try:
-            _load_state(model, state)
-        except ValueError:
-            raise ValueError(f"checkpoint {path} does not fit {name}: {err}") from err
-    logger.info("loaded %s into %s as a backbone (the checkpoint has no classification head)", path, name)
-    return model, False
+        raise ValueError(f"checkpoint {path} does not fit {name}: {err}") from err
+    has_classifier = model.head is not None and model.num_classes > 0
+    logger.info("loaded %s into %s%s", path, name,
+                "" if has_classifier else " as a backbone (the checkpoint has no classifier)")
+    return model, has_classifier
 
 
 def imagenet_top5(logits: torch.Tensor) -> list[tuple[str, float]]:

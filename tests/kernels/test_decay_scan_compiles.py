@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ppma.kernels import decay_scan
+from ppma.kernels.polyline_scan import decay_scan
 
 out = {}
 for kernel, io in [(decay_scan._decay_scan_fwd_kernel, ("u_ptr", "y_ptr")),

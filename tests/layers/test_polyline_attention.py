@@ -39,7 +39,7 @@ def split_v(attn, x):
     return attn.v_proj(x).unflatten(-1, (attn.num_heads, -1)).movedim(-2, 1).flatten(2, -2)
 
 
-def make(kind, grid="2d", mask_form="official", dim=12, heads=3):
+def make(kind, grid="2d", mask_form=None, dim=12, heads=3):
     return PolylineAttention(dim, heads, kind=kind, grid=grid, mask_form=mask_form).double()
 
 
@@ -138,7 +138,8 @@ def test_tap_contract_and_decay_gradients(kind, grid, shape):
     assert len(seen["decays"]) == len(shape)
     for t in seen["decays"]:
         assert t.dtype == torch.float32 and t.shape == (2, 3, *shape)
-    assert (attn.kind, attn.grid, attn.mask_form, attn.num_heads) == (kind, grid, "official", 3)
+    mask_form = None if kind == "linear" else "official"
+    assert (attn.kind, attn.grid, attn.mask_form, attn.num_heads) == (kind, grid, mask_form, 3)
     out.square().sum().backward()
     for name in ("dt_bias", "A_log", "proj.weight"):
         grad = attn.decay.get_parameter(name).grad
@@ -161,6 +162,8 @@ def test_bad_arguments_and_inputs():
         PolylineAttention(8, 2, kind="window")
     with pytest.raises(ValueError, match="mask_form"):
         PolylineAttention(8, 2, mask_form="mul")
+    with pytest.raises(ValueError, match="mask_form does not apply to the linear kind"):
+        PolylineAttention(8, 2, kind="linear", mask_form="official")
     with pytest.raises(ValueError, match="grid"):
         PolylineAttention(8, 2, grid="4d")
     attn = PolylineAttention(8, 2)
@@ -174,7 +177,7 @@ def test_bad_arguments_and_inputs():
 def test_linear_kind_through_the_triton_kernel_matches_torch(monkeypatch, grid):
     """The linear kind's scan (channels d*d + d, a permuted view) through the kernel, fwd and bwd."""
     pytest.importorskip("triton", reason="triton is not installed")
-    from ppma.ops.backend import triton_unavailable_reason
+    from ppma.kernels.common.runtime import triton_unavailable_reason
 
     x_shape = (1, 5, 7, 8) if grid == "2d" else (1, 2, 3, 5, 8)
     x = torch.randn(x_shape)

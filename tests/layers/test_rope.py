@@ -1,12 +1,12 @@
 import pytest
 import torch
 
-from ppma.layers import GridRotaryEmbedding
+from ppma.layers import RasterRotaryEmbedding
 
 
 def test_matches_complex_rotation_by_raster_index():
     d, h, w = 8, 3, 5
-    rope = GridRotaryEmbedding(d)
+    rope = RasterRotaryEmbedding(d)
     x = torch.randn(2, 4, h, w, d, dtype=torch.float64)
     theta = 10000.0 ** -torch.linspace(0, 1, d // 2, dtype=torch.float64)
     pos = torch.arange(h * w, dtype=torch.float64).reshape(h, w)
@@ -16,7 +16,7 @@ def test_matches_complex_rotation_by_raster_index():
 
 
 def test_relative_positions_and_norm():
-    rope = GridRotaryEmbedding(16, grid_rank=3)
+    rope = RasterRotaryEmbedding(16, grid_rank=3)
     q = torch.randn(16, dtype=torch.float64).expand(2, 3, 4, 16)
     k = torch.randn(16, dtype=torch.float64).expand(2, 3, 4, 16)
     rq, rk = rope(q).flatten(0, 2), rope(k).flatten(0, 2)  # raster order over (T, H, W)
@@ -29,4 +29,4 @@ def test_relative_positions_and_norm():
 
 def test_odd_head_dim_raises():
     with pytest.raises(ValueError, match="head_dim"):
-        GridRotaryEmbedding(7)
+        RasterRotaryEmbedding(7)

@@ -40,5 +40,5 @@ def test_config_builds(path):
     else:
         assert list(cfg.model.decode_head.in_channels) == channels
         assert cfg.model.auxiliary_head.in_channels == channels[2]
-    keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
-    assert all(keys[k].decay_mult == 0 for k in ("dt_bias", "A_log", "norm"))
+    assert cfg.optim_wrapper.constructor == "NoDecayOptimWrapperConstructor"  # asks no_weight_decay()
+    assert dict(cfg.optim_wrapper.paramwise_cfg.custom_keys) == {"norm": dict(decay_mult=0.0)}

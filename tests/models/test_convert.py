@@ -7,12 +7,14 @@ import pytest
 import timm
 import torch
 
-import ppma  # noqa: F401
-from ppma.models.ppma import checkpoint_filter_fn
+from ppma.models.family import checkpoint_filter_of, checkpoint_model_kwargs_of, create_from_checkpoint
+
+checkpoint_filter_fn = checkpoint_filter_of("ppma_tiny")
+checkpoint_model_kwargs = checkpoint_model_kwargs_of("ppma_tiny")
 
 # A micro PPMA in the official configuration language.
 def micro(official_layout, **kw):
-    return timm.create_model("ppma_tiny", **official_layout.OURS, **kw).eval()
+    return timm.create_model("ppma_tiny", **{**official_layout.OURS, **kw}).eval()
 
 
 def test_official_layout_converts_and_loads_strictly(official_layout):
@@ -96,6 +98,34 @@ def test_detector_checkpoint_with_outnorms_loads_into_features_model(official_la
     assert torch.equal(feats.model.out_norms["3"].bias, backbone["outnorm3.bias"])
 
 
+@pytest.mark.parametrize("layout", ["official", "official_backbone", "ours", "ours_features", "ours_no_classifier"])
+def test_checkpoint_model_kwargs_build_the_model_the_keys_describe(layout, official_layout):
+    if layout.startswith("official"):
+        state = official_layout.state_dict(**official_layout.CFG, backbone=layout == "official_backbone")
+    else:
+        kwargs = {"ours": {}, "ours_features": dict(with_head=False, output_norms=(1, 3)),
+                  "ours_no_classifier": dict(num_classes=0)}[layout]
+        state = micro(official_layout, **kwargs).state_dict()
+    expected = {"official": dict(num_classes=7), "official_backbone": dict(output_norms=[0, 1, 2, 3], with_head=False),
+                "ours": dict(num_classes=7), "ours_features": dict(output_norms=[1, 3], with_head=False),
+                "ours_no_classifier": dict(num_classes=0)}[layout]
+    assert checkpoint_model_kwargs({"model": state}) == expected
+    cfg = {k: v for k, v in official_layout.OURS.items() if k != "num_classes"}
+    model = create_from_checkpoint("ppma_tiny", {"model": state}, **cfg)
+    assert (model.head is None) == (layout in ("official_backbone", "ours_features"))
+    assert sorted(model.out_norms) == [str(i) for i in expected.get("output_norms", [])]
+    x = torch.randn(1, 3, 35, 47)
+    assert all(torch.isfinite(f).all() for f in model.eval().forward_intermediates(x, intermediates_only=True))
+
+
+def test_create_from_checkpoint_names_what_does_not_fit(official_layout):
+    state = official_layout.state_dict(**official_layout.CFG)
+    state["layers.1.blocks.0.pos.conv.weight"] = torch.zeros(1, 1, 3, 3)
+    cfg = {k: v for k, v in official_layout.OURS.items() if k != "num_classes"}
+    with pytest.raises(ValueError, match=r"size mismatch for stages\.1\.blocks\.0\.pos_conv\.weight"):
+        create_from_checkpoint("ppma_tiny", state, **cfg)
+
+
 def load_tool():
     path = Path(__file__).resolve().parents[2] / "tools" / "convert_checkpoint.py"
     spec = importlib.util.spec_from_file_location("convert_checkpoint", path)
@@ -119,3 +149,20 @@ def test_convert_tool_writes_loadable_safetensors(tmp_path, capsys, official_lay
     torch.save({"model": official}, src)
     assert tool.main([str(src), str(dst), "--model", "ppma_tiny"]) == 1
     assert "stages.3.blocks.1.mlp.fc1.weight" in capsys.readouterr().err
+    for model, message in (("resnet18", "not a model of this package"), ("ppma_nope", "unknown model 'ppma_nope'")):
+        with pytest.raises(SystemExit):
+            tool.main([str(src), str(dst), "--model", model])
+        assert message in capsys.readouterr().err
+
+
+def test_convert_tool_takes_any_preset(tmp_path, capsys):
+    source = timm.create_model("test_ppma", num_classes=5)
+    torch.save({"model": source.state_dict()}, tmp_path / "w.pth")
+    tool = load_tool()
+    assert tool.main([str(tmp_path / "w.pth"), str(tmp_path / "w.safetensors"), "--model", "test_ppma"]) == 0
+    from safetensors.torch import load_file
+
+    written = load_file(str(tmp_path / "w.safetensors"))
+    assert written.keys() == source.state_dict().keys()
+    for key, value in source.state_dict().items():
+        assert torch.equal(written[key], value), f"seed {torch.initial_seed()}: {key}"

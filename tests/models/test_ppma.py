@@ -36,6 +36,26 @@ def test_presets_are_registered_with_pretrained_cfgs():
     assert set(PRESETS) <= set(timm.list_models("ppma_*"))
     cfg = timm.get_pretrained_cfg("ppma_tiny.in1k")
     assert cfg.url.endswith("PPMA_T_202502251000/best.pth") and cfg.classifier == "head.fc"
+    assert timm.get_pretrained_cfg("ppma_tiny_3d").input_size == (3, 8, 224, 224)  # (C, T, H, W)
+
+
+def test_tiny_test_preset():
+    torch.manual_seed(0)
+    model = timm.create_model("test_ppma").eval()
+    assert n_params(model) < 300_000 and [s.blocks[0].mixer.kind for s in model.stages] == [
+        "criss_cross", "criss_cross", "vanilla", "vanilla"]
+    cfg = model.pretrained_cfg
+    x = torch.randn(1, *cfg["input_size"])
+    with torch.no_grad():
+        assert model.forward_features(x).shape == (1, model.num_features, *cfg["pool_size"])
+        assert model(x).shape == (1, 1000) and model.head_hidden_size == 128
+        unpooled = timm.create_model("test_ppma", num_classes=0, global_pool="").eval()
+        assert unpooled(x).shape == (1, 128, *cfg["pool_size"])
+
+
+def test_frozen_modules_of_a_features_model():
+    model = timm.create_model("test_ppma", features_only=True, out_indices=(1, 3)).model
+    assert model.frozen_modules(2) == [model.stem, model.stages[0], model.stages[1], model.out_norms["1"]]
 
 
 def test_kind_and_mask_form_overrides_reach_every_layer():
@@ -43,7 +63,7 @@ def test_kind_and_mask_form_overrides_reach_every_layer():
     model = timm.create_model("ppma_tiny", **MICRO, attn_kinds=kinds, mask_form="paper")
     attns = [[m for m in stage.modules() if isinstance(m, PolylineAttention)] for stage in model.stages]
     assert [a[0].kind for a in attns] == ["linear", "criss_cross", "vanilla", "linear"]
-    assert all(a.mask_form == "paper" for stage in attns for a in stage)
+    assert all(a.mask_form == (None if a.kind == "linear" else "paper") for stage in attns for a in stage)
     with torch.device("meta"):
         assert timm.create_model("ppma_small").stages[2].blocks[0].mixer.kind == "criss_cross"
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-import ppma.ops.polyline as polyline
 from ppma.ops import polyline_log_mask, polyline_mask, polyline_mask_1d, polyline_scan
+from ppma.ops.polyline_scan import reference as scan_reference
 
 GRIDS_2D = [(1, 1), (1, 7), (5, 1), (3, 4), (7, 9)]
 GRIDS_3D = [(1, 1, 1), (2, 3, 4), (3, 1, 2), (1, 3, 5)]
@@ -17,12 +17,13 @@ ORDERS = ["v2h", "h2v", "both"]
 def scan_path(request, monkeypatch):
     """Run a test through both line algorithms of the reference scan."""
     if request.param == "recurrent":
-        monkeypatch.setattr(polyline, "DENSE_LINE_MAX", 1)
+        monkeypatch.setattr(scan_reference, "DENSE_LINE_MAX", 1)
     return request.param
 
 
 def seeded():
-    seed = torch.seed() % 2**31
+    """A generator seeded with the test's fixed seed (tests/conftest.py), and that seed."""
+    seed = torch.initial_seed()
     return torch.Generator().manual_seed(seed), seed
 
 

@@ -123,7 +123,7 @@ def test_segmentor_checkpoint_gives_its_backbone(folder, tmp_path, monkeypatch, 
 
     caplog.set_level(logging.INFO, logger="ppma.vis")
 
-    model = timm.create_model("ppma_tiny", with_head=False)
+    model = timm.create_model("ppma_tiny", with_head=False, output_norms=(0, 1, 2, 3))
     backbone = {f"backbone.model.{k}": v for k, v in model.state_dict().items()}  # our mm adapter's layout
     head = {"decode_head.conv_seg.weight": torch.zeros(2, 4, 1, 1)}
     checkpoint = {"state_dict": {**backbone, **head}, "meta": {"iter": 1}}
@@ -132,3 +132,20 @@ def test_segmentor_checkpoint_gives_its_backbone(folder, tmp_path, monkeypatch, 
     assert run(ROOT / "tools" / "visualize_decay.py", folder, *args, monkeypatch=monkeypatch) == 0
     assert "as a backbone" in caplog.text
     assert len(list((tmp_path / "d").glob("*_decay.png"))) == 2
+
+
+def test_load_model_builds_what_the_checkpoint_has_and_names_what_does_not_fit(tmp_path):
+    import timm
+
+    from ppma.vis.loading import load_model
+
+    backbone = timm.create_model("test_ppma", with_head=False, output_norms=(1, 2)).state_dict()
+    torch.save({"model": backbone}, tmp_path / "backbone.pth")
+    model, has_classifier = load_model("test_ppma", tmp_path / "backbone.pth")
+    assert not has_classifier and model.head is None and sorted(model.out_norms) == ["1", "2"]
+    assert torch.equal(model.state_dict()["out_norms.2.weight"], backbone["out_norms.2.weight"])
+    classifier = timm.create_model("test_ppma").state_dict()
+    classifier["stages.0.blocks.0.mixer.gate.weight"] = torch.zeros(2)
+    torch.save({"model": classifier}, tmp_path / "bad.pth")
+    with pytest.raises(ValueError, match=r"bad\.pth does not fit test_ppma: .*stages\.0\.blocks\.0\.mixer\.gate\.weight"):
+        load_model("test_ppma", tmp_path / "bad.pth")

@@ -23,7 +23,7 @@ def _flat(query, shape):
 @pytest.mark.parametrize("shape", [(7, 9), (1, 6), (5, 1), (3, 4, 5)])
 @pytest.mark.parametrize("order", ["v2h", "h2v", "both"])
 def test_mask_row_is_a_row_of_the_materialized_mask(shape, order):
-    seed = torch.seed() % 2**31
+    seed = torch.initial_seed()
     decays = _decays(shape, seed, three_d=len(shape) == 3)
     full = polyline_mask(decays[0], decays[1], order, *decays[2:])
     for query in [(0,) * len(shape), tuple(s - 1 for s in shape), tuple(s // 2 for s in shape)]:
@@ -33,7 +33,7 @@ def test_mask_row_is_a_row_of_the_materialized_mask(shape, order):
 
 
 def test_both_mask_row_peaks_at_the_query_and_is_symmetric():
-    seed = torch.seed() % 2**31
+    seed = torch.initial_seed()
     la, lb = _decays((7, 9), seed)
     queries = [(0, 0), (3, 4), (6, 8), (2, 7)]
     rows = {q: mask_row(la, lb, q, "both") for q in queries}
@@ -57,14 +57,13 @@ def test_both_mask_row_peaks_at_the_query_and_is_symmetric():
         ("vanilla", "2d", (7, 5), "paper"),
         ("criss_cross", "2d", (5, 7), "official"),
         ("criss_cross", "2d", (6, 3), "paper"),
-        ("linear", "2d", (5, 7), "official"),
+        ("linear", "2d", (5, 7), None),
         ("vanilla", "3d", (3, 4, 5), "official"),
         ("criss_cross", "3d", (2, 3, 5), "official"),
-        ("linear", "3d", (3, 4, 5), "official"),
+        ("linear", "3d", (3, 4, 5), None),
     ],
 )
 def test_attention_row_equals_the_layers_attention(kind, grid, shape, mask_form, dense_oracle):
-    torch.seed()
     layer = PolylineAttention(32, 2, kind=kind, grid=grid, mask_form=mask_form).eval()
     with torch.no_grad():  # decays far from 1 so that a wrong mask shows
         layer.decay.A_log.uniform_(0.0, 1.0)

@@ -1,7 +1,8 @@
 # UPerNet 160k iterations as released for PPMA: AdamW, lr 6e-5, weight decay 0.05, total batch
 # 16 (8 GPUs x 2), linear warm-up from 1e-6 over 1500 iterations, then poly decay (power 1) to 0.
 # No weight decay on parameters named *norm* (the backbone's norm layers, as released) nor on
-# the polyline decay parameters dt_bias / A_log (the backbones' no_weight_decay()).
+# the parameters the model declares in no_weight_decay() (PPMA: the polyline decay's dt_bias and
+# A_log), which ppma.mm.NoDecayOptimWrapperConstructor asks it for.
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=160000, val_interval=16000)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
@@ -14,9 +15,5 @@ param_scheduler = [
 optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=0.00006, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(
-        custom_keys={
-            'norm': dict(decay_mult=0.0),
-            'dt_bias': dict(decay_mult=0.0),
-            'A_log': dict(decay_mult=0.0)
-        }))
+    constructor='NoDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.0)}))

@@ -1,7 +1,7 @@
 """Triton kernels of the 1-D bidirectional decayed scan along one grid axis, forward and backward.
 
 Along every line of the chosen axis, ``y = A u`` with the symmetric 1-D polyline mask
-``A[j, l] = exp(-|G_j - G_l|)``, ``G = cumsum(-log_decay)`` (``ppma.ops.polyline_mask_1d``),
+``A[j, l] = exp(-|G_j - G_l|)``, ``G = cumsum(-log_decay)`` (the reference is ``ppma.ops.polyline_mask_1d``),
 computed as ``y_p = h_p + g_p - u_p`` from the causal scan ``h_p = u_p + a_p h_{p-1}`` and the
 anti-causal scan ``g_p = u_p + a_{p+1} g_{p+1}``, ``a = exp(log_decay) <= 1``.
 
@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ppma.ops.backend import interpreting
+from ..common.runtime import interpreted
+from ..common.strided import accumulation_dtype, block_ptrs, line_offsets, pow2, tl_dtype
 
 # Launch heuristics. GPU: 512-element (lines x channels) blocks on 4 warps compile for sm_90
 # without spills (128 / 167 registers fwd / bwd); fewer lines per program when that leaves too few
@@ -36,25 +37,6 @@ GPU_BLOCK = 512
 GPU_MIN_PROGRAMS = 1024
 NUM_WARPS = 4
 INTERPRET_BLOCK = 1 << 16
-
-
-@triton.jit
-def _line_offsets(line, D1, D2, D3, s0, s1, s2, s3):
-    """Memory offsets (int64) of flattened line indices over four dims of sizes ``(., D1, D2, D3)``."""
-    line = line.to(tl.int64)
-    i3 = line % D3
-    rest = line // D3
-    i2 = rest % D2
-    rest = rest // D2
-    i1 = rest % D1
-    i0 = rest // D1
-    return i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3
-
-
-@triton.jit
-def _block_ptrs(ptr, line, chan, D1, D2, D3, s0, s1, s2, s3, sc):
-    """``(BLOCK_L, BLOCK_C)`` pointers to position 0 of the program's lines and channels."""
-    return ptr + (_line_offsets(line, D1, D2, D3, s0, s1, s2, s3)[:, None] + chan[None, :] * sc)
 
 
 @triton.jit
@@ -73,9 +55,9 @@ def _decay_scan_fwd_kernel(
     chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     line_ok = line < n_lines
     mask = line_ok[:, None] & (chan < C)[None, :]
-    u_ptrs = _block_ptrs(u_ptr, line, chan, D1, D2, D3, su0, su1, su2, su3, suc)
-    h_ptrs = _block_ptrs(h_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc)
-    d_ptrs = ld_ptr + _line_offsets(line, D1, D2, D3, sd0, sd1, sd2, sd3)
+    u_ptrs = block_ptrs(u_ptr, line, chan, D1, D2, D3, su0, su1, su2, su3, suc)
+    h_ptrs = block_ptrs(h_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc)
+    d_ptrs = ld_ptr + line_offsets(line, D1, D2, D3, sd0, sd1, sd2, sd3)
     h = tl.zeros((BLOCK_L, BLOCK_C), dtype=ACC)
     for _ in range(n):  # causal: h_p = u_p + a_p h_{p-1}
         h = tl.load(u_ptrs, mask=mask, other=0.0).to(ACC) + tl.exp(tl.load(d_ptrs, mask=line_ok, other=0.0).to(ACC))[:, None] * h
@@ -84,8 +66,8 @@ def _decay_scan_fwd_kernel(
         h_ptrs += syn
         d_ptrs += sdn
     tl.debug_barrier()  # the anti-causal sweep reads what the causal sweep stored
-    y_ptrs = _block_ptrs(y_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc) + tl.cast(n, tl.int64) * syn
-    b_ptrs = _block_ptrs(base_ptr, line, chan, D1, D2, D3, sb0, sb1, sb2, sb3, sbc) + tl.cast(n, tl.int64) * sbn
+    y_ptrs = block_ptrs(y_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc) + tl.cast(n, tl.int64) * syn
+    b_ptrs = block_ptrs(base_ptr, line, chan, D1, D2, D3, sb0, sb1, sb2, sb3, sbc) + tl.cast(n, tl.int64) * sbn
     back_un, back_yn, back_dn, back_bn = -sun, -syn, -sdn, -sbn  # negated once: cheap in the interpreter
     g = tl.zeros((BLOCK_L, BLOCK_C), dtype=ACC)
     a_next = tl.zeros((BLOCK_L, 1), dtype=ACC)
@@ -124,11 +106,11 @@ def _decay_scan_bwd_kernel(
     chan = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     line_ok = line < n_lines
     mask = line_ok[:, None] & (chan < C)[None, :]
-    u_ptrs = _block_ptrs(u_ptr, line, chan, D1, D2, D3, su0, su1, su2, su3, suc)
-    g_ptrs = _block_ptrs(gv_ptr, line, chan, D1, D2, D3, sg0, sg1, sg2, sg3, sgc)
-    hp_ptrs = _block_ptrs(hp_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc)
-    gp_ptrs = _block_ptrs(gp_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc)
-    d_ptrs = ld_ptr + _line_offsets(line, D1, D2, D3, sd0, sd1, sd2, sd3)
+    u_ptrs = block_ptrs(u_ptr, line, chan, D1, D2, D3, su0, su1, su2, su3, suc)
+    g_ptrs = block_ptrs(gv_ptr, line, chan, D1, D2, D3, sg0, sg1, sg2, sg3, sgc)
+    hp_ptrs = block_ptrs(hp_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc)
+    gp_ptrs = block_ptrs(gp_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc)
+    d_ptrs = ld_ptr + line_offsets(line, D1, D2, D3, sd0, sd1, sd2, sd3)
     h = tl.zeros((BLOCK_L, BLOCK_C), dtype=ACC)  # causal scan of u, one position behind
     hg = tl.zeros((BLOCK_L, BLOCK_C), dtype=ACC)  # causal scan of gv, one position behind
     for _ in range(n):
@@ -143,8 +125,8 @@ def _decay_scan_bwd_kernel(
         gp_ptrs += syn
         d_ptrs += sdn
     tl.debug_barrier()  # the anti-causal sweep reads what the causal sweep stored
-    gu_ptrs = _block_ptrs(gu_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc) + tl.cast(n, tl.int64) * syn
-    b_ptrs = _block_ptrs(base_ptr, line, chan, D1, D2, D3, sb0, sb1, sb2, sb3, sbc) + tl.cast(n, tl.int64) * sbn
+    gu_ptrs = block_ptrs(gu_ptr, line, chan, D1, D2, D3, sy0, sy1, sy2, sy3, syc) + tl.cast(n, tl.int64) * syn
+    b_ptrs = block_ptrs(base_ptr, line, chan, D1, D2, D3, sb0, sb1, sb2, sb3, sbc) + tl.cast(n, tl.int64) * sbn
     dl_ptrs = dlog_ptr + tl.program_id(1).to(tl.int64) * n_lines * n + line.to(tl.int64) * n + n
     back_un, back_gn, back_yn, back_dn, back_bn = -sun, -sgn, -syn, -sdn, -sbn
     x_anti = tl.zeros((BLOCK_L, BLOCK_C), dtype=ACC)  # anti-causal scan of u
@@ -173,17 +155,13 @@ def _decay_scan_bwd_kernel(
         a_next = a
 
 
-def _pow2(v: int) -> int:
-    return triton.next_power_of_2(max(int(v), 1))
-
-
 def _blocks(n_lines: int, C: int) -> tuple[int, int]:
     """``(BLOCK_L, BLOCK_C)`` for ``n_lines`` lines of ``C`` channels."""
-    if interpreting():
-        block_c = min(_pow2(C), INTERPRET_BLOCK)
-        return min(_pow2(n_lines), INTERPRET_BLOCK // block_c), block_c
-    block_c = min(_pow2(C), 64)
-    block_l = min(_pow2(n_lines), GPU_BLOCK // block_c)
+    if interpreted():
+        block_c = min(pow2(C), INTERPRET_BLOCK)
+        return min(pow2(n_lines), INTERPRET_BLOCK // block_c), block_c
+    block_c = min(pow2(C), 64)
+    block_l = min(pow2(n_lines), GPU_BLOCK // block_c)
     while block_l > 1 and triton.cdiv(n_lines, block_l) * triton.cdiv(C, block_c) < GPU_MIN_PROGRAMS:
         block_l //= 2
     return block_l, block_c
@@ -227,15 +205,6 @@ def _buffer(like: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...] | Non
     return torch.empty(shape, dtype=dtype, device=like.device)
 
 
-def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
-    """fp64 for fp64 tensors, fp32 otherwise."""
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
-def _tl_dtype(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
 def decay_scan_fwd(
     u: torch.Tensor,
     log_decay: torch.Tensor,
@@ -263,7 +232,7 @@ def decay_scan_fwd(
         u, log_decay, base, y, h,
         lines.n_lines, lines.n, lines.C, *lines.sizes[1:],
         *lines.strides(u), *lines.strides(log_decay), *lines.strides(base), *lines.strides(y),
-        HAS_BASE=base is not y, ACC=_tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c, num_warps=NUM_WARPS,
+        HAS_BASE=base is not y, ACC=tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c, num_warps=NUM_WARPS,
     )
     return y
 
@@ -300,6 +269,6 @@ def decay_scan_bwd(
         lines.n_lines, lines.n, lines.C, *lines.sizes[1:],
         *lines.strides(u), *lines.strides(grad), *lines.strides(log_decay), *lines.strides(base),
         *lines.strides(gu),
-        HAS_BASE=base is not gu, ACC=_tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c, num_warps=NUM_WARPS,
+        HAS_BASE=base is not gu, ACC=tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c, num_warps=NUM_WARPS,
     )
     return gu, lines.unflatten_grad(partial, log_decay)

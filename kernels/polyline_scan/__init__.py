@@ -1,0 +1,5 @@
+"""Triton ``polyline_scan`` (``y = L x``): :func:`forward` and :func:`backward` of the
+``ppma::polyline_scan`` op, built from 1-D decay scans (:mod:`.decay_scan`)."""
+from .scan import backward, forward
+
+__all__ = ["backward", "forward"]

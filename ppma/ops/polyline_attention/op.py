@@ -1,0 +1,78 @@
+"""Public :func:`polyline_attention`: the custom op ``ppma::polyline_attention``, registered below
+with its FLOP formula and no kernel yet (a fused kernel registers in ``kernels=[...]``)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._checks import check_choice, check_decays, check_grid_tensor
+from ..polyline_mask.op import log_mask_flops
+from ..registry import register, select_backend
+from .reference import FORMS, KINDS, polyline_attention_reference
+
+
+def _flops(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+    """``{'products': q k^T and attention x v (multiply-adds), 'elementwise': masks, softmax,
+    averaging (one per output element)}``; per ``(B, head)`` with ``N`` tokens, ``d``/``dv``
+    channels of ``q``/``v``."""
+    bh, grid, d, dv = math.prod(q[:2]), q[2:-1], q[-1], v[-1]
+    n = math.prod(grid)
+    if kind == "vanilla":
+        products = n * n * (d + dv)
+        # official: 2 mask adds, 2 softmax, 2 halvings, 1 sum; paper: exp, L + L^T, softmax, product
+        elementwise = log_mask_flops(log_alpha) // bh + n * n * (7 if form == "official" else 4)
+    else:  # per axis of length s: N/s lines of s x s weights, applied in both path orders
+        products = sum(n * s * (d + 2 * dv) for s in grid)
+        # per weight: 1-D log mask (2), softmax, and the mask add (official) or exp and product (paper)
+        elementwise = sum(n * s * (4 if form == "official" else 5) for s in grid) + 3 * n * dv
+    return {"products": bh * products, "elementwise": bh * elementwise}
+
+
+def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+    """Shaped like ``v``, in the dtype its product with the weights has (autocast's when on)."""
+    device_type = v.device.type
+    autocast = v.dtype != torch.float64 and torch.is_autocast_enabled(device_type)
+    return v.new_empty(v.shape, dtype=torch.get_autocast_dtype(device_type) if autocast else v.dtype)
+
+
+OP = register(
+    "polyline_attention",
+    arguments="Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, str kind, str form",
+    reference=polyline_attention_reference,
+    fake=_fake,
+    flops=_flops,
+)
+
+
+def polyline_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    log_gamma: torch.Tensor | None = None,
+    kind: str = "vanilla",
+    form: str = "official",
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Attention masked by the polyline path mask (see :mod:`.reference` for the formulas).
+
+    Shapes: ``q``, ``k`` ``(B, heads, H, W, d)``, ``v`` ``(B, heads, H, W, dv)``, decays
+    ``(B, heads, H, W)`` -> ``(B, heads, H, W, dv)``; 3-D grids with ``log_gamma``: ``(B, heads,
+    T, H, W, .)`` and decays ``(B, heads, T, H, W)``. The logits are ``q k^T`` as given.
+    ``kind``: ``'vanilla'`` (O(N^2)) or ``'criss_cross'`` (O(N^1.5)); ``form``: ``'official'``
+    (mask inside the softmax, the released weights) or ``'paper'``. Differentiable in every
+    tensor. ``backend``: as in :func:`ppma.ops.select_backend` (only ``'torch'`` exists yet).
+    """
+    check_choice("kind", kind, KINDS)
+    check_choice("form", form, FORMS)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_grid_tensor(name, t, log_alpha, log_gamma)
+    if k.shape != q.shape:
+        raise ValueError(f"k has shape {tuple(k.shape)} but q has {tuple(q.shape)}")
+    check_decays(log_alpha, log_beta, log_gamma, grid_shape=q.shape[:-1], x_name="q")
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"v has grid {tuple(v.shape[:-1])} but q has {tuple(q.shape[:-1])}")
+    chosen = select_backend("polyline_attention", q.device, backend)
+    return OP(q, k, v, log_alpha, log_beta, log_gamma, kind, form, backend=chosen)

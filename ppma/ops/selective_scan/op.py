@@ -1,0 +1,157 @@
+"""Public :func:`selective_scan`: the custom op ``ppma::selective_scan``, registered below with its
+Triton kernel (``ppma.kernels.selective_scan``) and its FLOP formula.
+
+Backends: ``'torch'`` runs the chunked PyTorch scan (:mod:`.chunked`; its gradient by
+``torch.func.vjp``), ``'triton'`` the kernels. The sequential :mod:`.reference` is the oracle of
+the tests only: one Python step per time step is too slow to train with.
+
+Registered ops return one tensor, so with ``return_last_state`` the op returns ``y`` (in fp32)
+and the last state side by side, ``(batch, dim, L + N)``; :func:`selective_scan` splits them and
+casts ``y`` to ``out_dtype`` (the same single rounding as writing ``out_dtype`` directly).
+"""
+from __future__ import annotations
+
+import torch
+
+from ppma.kernels.common.runtime import triton_unavailable_reason
+
+from ..registry import Impl, Kernel, register, select_backend
+from .chunked import selective_scan_chunked
+
+# Mamba's count per (batch, channel, state, step): discretization, recurrence and output sum
+# (github.com/state-spaces/mamba/issues/110); the D skip and the z gate add one per output.
+FLOPS_PER_STATE_STEP = 9
+
+
+def _flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
+    batch, dim, length = u
+    terms = {"scan": FLOPS_PER_STATE_STEP * batch * dim * A[1] * length}
+    if D is not None:
+        terms["D"] = batch * dim * length
+    if z is not None:
+        terms["z"] = batch * dim * length
+    return terms
+
+
+def _fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
+    if return_last_state:
+        return u.new_empty(*u.shape[:2], u.shape[2] + A.shape[1], dtype=torch.float32)
+    return u.new_empty(u.shape, dtype=out_dtype)
+
+
+def _pack(y: torch.Tensor, last: torch.Tensor, return_last_state: bool) -> torch.Tensor:
+    """The op's output: ``y``, or ``[y (fp32) | last_state]`` along the last dim."""
+    return torch.cat([y.float(), last], dim=-1) if return_last_state else y
+
+
+def _torch_forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
+    y, last = selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
+    return _pack(y, last, return_last_state)
+
+
+def _load_triton() -> Impl:
+    from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd
+
+    def forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
+        y_dtype = torch.float32 if return_last_state else out_dtype
+        y, last = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, y_dtype)
+        return _pack(y, last, return_last_state)
+
+    def backward(grad, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
+        length = u.shape[-1]
+        grad_y, grad_last = (grad[..., :length], grad[..., length:]) if return_last_state else (grad, None)
+        grads = selective_scan_bwd(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        return [g for g in grads if g is not None]
+
+    return Impl(forward, backward)
+
+
+OP = register(
+    "selective_scan",
+    arguments=(
+        "Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
+        "bool delta_softplus, bool return_last_state, ScalarType out_dtype"
+    ),
+    reference=_torch_forward,
+    fake=_fake,
+    flops=_flops,
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+)
+
+
+def _check_float(name: str, t, shape: tuple[int, ...] | None, layout: str, device) -> None:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if shape is not None and tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {layout} = {shape}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but u is on {device}")
+
+
+def _check_inputs(u, delta, A, B, C, D, z, delta_bias, out_dtype) -> None:
+    if not isinstance(u, torch.Tensor) or u.dim() != 3:
+        raise ValueError(f"u must be a (batch, dim, L) tensor, got {getattr(u, 'shape', type(u).__name__)}")
+    if u.numel() == 0:
+        raise ValueError(f"u must not be empty, got shape {tuple(u.shape)}")
+    batch, dim, length = u.shape
+    _check_float("u", u, None, "", u.device)
+    _check_float("delta", delta, (batch, dim, length), "(batch, dim, L)", u.device)
+    if not isinstance(A, torch.Tensor) or A.dim() != 2 or A.shape[0] != dim or A.shape[1] == 0:
+        raise ValueError(f"A must have shape (dim, N) with dim = {dim}, got {getattr(A, 'shape', A)}")
+    _check_float("A", A, None, "", u.device)
+    n_state = A.shape[1]
+    if not isinstance(B, torch.Tensor) or B.dim() not in (3, 4):
+        raise ValueError(f"B must have shape (batch, N, L) or (batch, G, N, L), got {getattr(B, 'shape', B)}")
+    groups = B.shape[1] if B.dim() == 4 else 1
+    bc_shape = (batch, groups, n_state, length) if B.dim() == 4 else (batch, n_state, length)
+    bc_layout = "(batch, G, N, L)" if B.dim() == 4 else "(batch, N, L)"
+    _check_float("B", B, bc_shape, bc_layout, u.device)
+    _check_float("C", C, bc_shape, bc_layout + " like B", u.device)
+    if groups == 0 or dim % groups:
+        raise ValueError(f"dim = {dim} must be a multiple of the number of B/C groups G = {groups}")
+    for name, t, shape, layout in (("D", D, (dim,), "(dim,)"), ("z", z, (batch, dim, length), "(batch, dim, L)"),
+                                   ("delta_bias", delta_bias, (dim,), "(dim,)")):
+        if t is not None:
+            _check_float(name, t, shape, layout, u.device)
+    if not isinstance(out_dtype, torch.dtype) or not out_dtype.is_floating_point:
+        raise ValueError(f"out_dtype must be a floating-point dtype, got {out_dtype}")
+    # Value checks need the data on the host; on CUDA they would stall every call.
+    if A.device.type == "cpu" and not torch.compiler.is_compiling() and (A > 0).any():
+        raise ValueError(f"A must be <= 0 (Mamba's A = -exp(A_log)), max is {A.max().item():.4g}")
+
+
+def selective_scan(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    out_dtype: torch.dtype | None = None,
+    backend: str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Mamba's selective scan, with grouped B/C (VMamba runs its four routes as four groups).
+
+    Shapes: ``u``, ``delta``, ``z``: ``(batch, dim, L)``; ``A``: ``(dim, N)``, ``<= 0``; ``B``,
+    ``C``: ``(batch, N, L)`` or ``(batch, G, N, L)`` with ``dim % G == 0`` (channel ``c`` uses
+    group ``c // (dim // G)``); ``D``, ``delta_bias``: ``(dim,)``. With ``dt = softplus(delta +
+    delta_bias)`` (no softplus unless ``delta_softplus``):
+    ``h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t``, ``y_t = C_t . h_t + D u_t``, times ``silu(z_t)``.
+    State and sums in fp32 whatever the input dtypes; ``y`` in ``out_dtype`` (default
+    ``u.dtype``). Returns ``y``, or ``(y, last_state)`` with ``last_state`` ``(batch, dim, N)`` fp32
+    when ``return_last_state``. Differentiable in every tensor. ``backend``: ``'torch'``,
+    ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto).
+    """
+    out_dtype = out_dtype or getattr(u, "dtype", None)
+    _check_inputs(u, delta, A, B, C, D, z, delta_bias, out_dtype)
+    chosen = select_backend("selective_scan", u.device, backend)
+    out = OP(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), bool(return_last_state), out_dtype,
+             backend=chosen)
+    if not return_last_state:
+        return out
+    length = u.shape[-1]
+    return out[..., :length].to(out_dtype), out[..., length:]

@@ -1,0 +1,174 @@
+"""Triton ``selective_scan`` against the sequential reference: values, last state, every gradient.
+
+CI runs these on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``), whose cost grows
+with programs x time steps, so shapes stay small; small ``chunk`` sizes put several backward
+chunks (and a partial last one) in short sequences. The last test compiles the kernels for an
+H100 (sm_90) without a GPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
+
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
+    pytest.skip(
+        "Triton kernels need a CUDA device or TRITON_INTERPRET=1 (CPU interpreter)", allow_module_level=True
+    )
+
+from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd  # noqa: E402
+from ppma.ops import selective_scan  # noqa: E402
+from ppma.ops.selective_scan import selective_scan_reference  # noqa: E402
+from ppma.ops.selective_scan.reference import random_inputs  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+ALL = dict(D=True, z=True, delta_bias=True, delta_softplus=True)
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Max abs error over the max abs value of ``expected``."""
+    scale = expected.double().abs().max().clamp_min(1e-30)
+    return ((actual.double().cpu() - expected.double().cpu()).abs().max() / scale).item()
+
+
+def reference(inputs, softplus, grad_y, grad_last):
+    """``[y, last_state, grads of the tensor inputs]`` of the reference (on the CPU, fp32)."""
+    leaves = {k: v.detach().cpu().requires_grad_() for k, v in inputs.items() if v is not None}
+    y, last = selective_scan_reference(**{k: leaves.get(k) for k in NAMES}, delta_softplus=softplus)
+    loss = (y.float() * grad_y.cpu()).sum() + (last * grad_last.cpu()).sum()
+    return [y, last, *torch.autograd.grad(loss, list(leaves.values()))]
+
+
+def check(actual, expected, inputs, seed):
+    names = ["y", "last_state", *[k for k in NAMES if inputs[k] is not None]]
+    tol = TOL[inputs["u"].dtype]
+    for name, a, e in zip(names, actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape, f"seed {seed}: {name} {a.dtype}{tuple(a.shape)}"
+        assert rel_err(a, e) <= tol, f"seed {seed}: {name} relative error {rel_err(a, e):.3g} > {tol}"
+
+
+SHAPES = [  # (batch, dim, N, L, G, chunk, options)
+    (1, 4, 3, 1, 1, None, ALL),
+    (2, 6, 4, 23, 1, 5, {}),
+    (1, 12, 3, 17, 4, 4, ALL),
+    (1, 8, 1, 13, 4, None, dict(D=True, delta_softplus=True)),
+    (2, 5, 2, 11, 1, 3, dict(z=True, delta_bias=True)),
+]
+# Every shape in fp32; fp16 on two (the interpreter's time is the budget).
+CASES = [(*shape, torch.float32) for shape in SHAPES] + [(*SHAPES[i], torch.float16) for i in (1, 2)]
+
+
+@pytest.mark.parametrize("batch,dim,n_state,length,groups,chunk,options,dtype", CASES)
+def test_kernels_match_reference(batch, dim, n_state, length, groups, chunk, options, dtype):
+    seed = torch.initial_seed()
+    inputs = random_inputs(batch, dim, n_state, length, groups, dtype, DEVICE, **options)
+    softplus = options.get("delta_softplus", False)
+    grad_y = torch.randn(batch, dim, length, device=DEVICE).to(dtype)
+    grad_last = torch.randn(batch, dim, n_state, device=DEVICE)
+    args = [inputs[k] for k in NAMES]
+    y, last = selective_scan_fwd(*args, delta_softplus=softplus, chunk=chunk)
+    grads = selective_scan_bwd(grad_y, grad_last, *args, delta_softplus=softplus, chunk=chunk)
+    actual = [y, last, *[g for g in grads if g is not None]]
+    check(actual, reference(inputs, softplus, grad_y.float(), grad_last), inputs, seed)
+
+
+def test_op_dispatches_to_the_kernels():
+    """The public op on the triton backend: both outputs and every gradient, through the registry;
+    ``u`` and ``z`` are strided views (``(batch, L, dim)`` memory), as a layer may pass them."""
+    seed = torch.initial_seed()
+    inputs = random_inputs(1, 8, 2, 9, 2, torch.float32, DEVICE, **ALL)
+    grad_y, grad_last = torch.randn(1, 8, 9, device=DEVICE), torch.randn(1, 8, 2, device=DEVICE)
+    leaves = {k: v.detach().clone().requires_grad_() for k, v in inputs.items()}
+    views = {k: v.transpose(1, 2).contiguous().transpose(1, 2) if k in ("u", "z") else v for k, v in leaves.items()}
+    assert not views["u"].is_contiguous()
+    y, last = selective_scan(**views, delta_softplus=True, return_last_state=True, backend="triton")
+    grads = torch.autograd.grad((y * grad_y).sum() + (last * grad_last).sum(), list(leaves.values()))
+    check([y, last, *grads], reference(inputs, True, grad_y, grad_last), inputs, seed)
+
+
+def test_large_decay_stays_finite():
+    """``dt * |A|`` up to 50: no overflow, no NaN, forward and backward."""
+    seed = torch.initial_seed()
+    inputs = random_inputs(1, 4, 2, 97, 1, torch.float32, DEVICE, D=True)
+    inputs["A"] = torch.tensor([[-50.0, -1e-3], [-25.0, -50.0], [-1.0, -10.0], [-50.0, -50.0]], device=DEVICE)
+    inputs["delta"] = torch.rand(1, 4, 97, device=DEVICE) * 0.5 + 0.5
+    grad_y, grad_last = torch.randn(1, 4, 97, device=DEVICE), torch.randn(1, 4, 2, device=DEVICE)
+    args = [inputs[k] for k in NAMES]
+    actual = [*selective_scan_fwd(*args, chunk=10), *selective_scan_bwd(grad_y, grad_last, *args, chunk=10)]
+    actual = [t for t in actual if t is not None]
+    assert all(torch.isfinite(t).all() for t in actual), f"seed {seed}: non-finite values"
+    check(actual, reference(inputs, False, grad_y, grad_last), inputs, seed)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # the fp16 output, on purpose
+def test_fp16_inputs_with_fp32_output_do_not_overflow():
+    """Outputs beyond fp16's range (65504): finite in fp32, inf where the output is fp16."""
+    seed = torch.initial_seed()
+    inputs = random_inputs(1, 4, 8, 6, 1, torch.float16, DEVICE)
+    inputs["u"] = torch.full((1, 4, 6), 200.0, dtype=torch.float16, device=DEVICE)
+    inputs["B"] = inputs["C"] = torch.full((1, 8, 6), 30.0, dtype=torch.float16, device=DEVICE)
+    inputs["delta"] = torch.ones(1, 4, 6, dtype=torch.float16, device=DEVICE)
+    args = [inputs[k] for k in NAMES]
+    expected, _ = selective_scan_reference(*[a.cpu() if a is not None else None for a in args],
+                                           out_dtype=torch.float32)
+    assert expected.abs().max() > 65504, f"seed {seed}: the case does not overflow fp16"
+    y, _ = selective_scan_fwd(*args, out_dtype=torch.float32)
+    assert y.dtype == torch.float32 and torch.isfinite(y).all(), f"seed {seed}"
+    assert rel_err(y, expected) <= 1e-5, f"seed {seed}: {rel_err(y, expected):.3g}"
+    assert torch.isinf(selective_scan_fwd(*args)[0]).any(), f"seed {seed}: fp16 output"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 kernels are tested on a GPU only")
+def test_bf16_matches_reference():
+    seed = torch.initial_seed()
+    inputs = random_inputs(2, 64, 16, 197, 1, torch.bfloat16, DEVICE, **ALL)
+    grad_y = torch.randn(2, 64, 197, device=DEVICE).to(torch.bfloat16)
+    grad_last = torch.randn(2, 64, 16, device=DEVICE)
+    args = [inputs[k] for k in NAMES]
+    actual = [*selective_scan_fwd(*args, delta_softplus=True),
+              *[g for g in selective_scan_bwd(grad_y, grad_last, *args, delta_softplus=True) if g is not None]]
+    check(actual, reference(inputs, True, grad_y.float(), grad_last), inputs, seed)
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ppma.kernels.selective_scan import scan
+
+io = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
+out = {}
+for kernel, flags in [(scan._selective_scan_fwd_kernel, dict(STORE_Y=True, STORE_CKPT=True)),
+                      (scan._selective_scan_bwd_kernel, dict(HAS_GLAST=True))]:
+    for dtype, block_n in [("*bf16", 1), ("*fp32", 16)]:
+        consts = dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, **flags,
+                      BLOCK_D=scan.GPU_STATE_BLOCK // block_n, BLOCK_N=block_n)
+        sig = {name: (dtype if name in io else "*fp32") if name.endswith("_ptr") else "i32"
+               for name, p in zip(kernel.arg_names, kernel.params) if not p.is_constexpr}
+        sig.update({k: "constexpr" for k in consts})
+        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts),
+                                  target=GPUTarget("cuda", 90, 32), options=dict(num_warps=scan.NUM_WARPS))
+        out[f"{kernel.__name__}{dtype}"] = len(compiled.asm["cubin"])
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernels_compile_for_sm90():
+    """Triton's GPU compiler rejects code its interpreter runs; ``triton.compile`` with an explicit
+    target goes to a cubin without a GPU. A subprocess: ``TRITON_INTERPRET`` acts at import time."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and "ModuleNotFoundError: No module named 'triton.backends.nvidia" in proc.stderr:
+        pytest.skip("this Triton build has no NVIDIA backend")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sizes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(sizes) == 4 and all(size > 0 for size in sizes.values()), sizes
