@@ -49,14 +49,11 @@ def _dt(delta_ptr, off, d_ok, bias, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constex
 
 
 @triton.jit
-def _selective_scan_fwd_kernel(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
-    L, dim, dpg, N, G, chunk, n_chunks,
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    STORE_Y: tl.constexpr, STORE_CKPT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    """``y`` (if ``STORE_Y``), ``last`` ``(batch, dim, N)`` fp32 and (if ``STORE_CKPT``) the
-    chunk-start states ``ckpt`` ``(batch, dim, n_chunks, N)`` fp32."""
+def _program_channels(A_ptr, D_ptr, bias_ptr, dpg, N, G, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The program's batch ``b``, group ``g``, channels ``d`` ``(BLOCK_D,)`` and states ``n``
+    ``(BLOCK_N,)`` with their masks, and its fp32 ``A`` ``(BLOCK_D, BLOCK_N)``, ``bias`` and ``D``
+    ``(BLOCK_D,)`` (zeros where absent)."""
     b = tl.program_id(0) // G
     g = tl.program_id(0) % G
     jd = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -72,6 +69,21 @@ def _selective_scan_fwd_kernel(
     Dv = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_D:
         Dv = tl.load(D_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
+    return b, g, d, d_ok, n, n_ok, dn_ok, A, bias, Dv
+
+
+@triton.jit
+def _selective_scan_fwd_kernel(
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
+    L, dim, dpg, N, G, chunk, n_chunks,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+    STORE_Y: tl.constexpr, STORE_CKPT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """``y`` (if ``STORE_Y``), ``last`` ``(batch, dim, N)`` fp32 and (if ``STORE_CKPT``) the
+    chunk-start states ``ckpt`` ``(batch, dim, n_chunks, N)`` fp32."""
+    b, g, d, d_ok, n, n_ok, dn_ok, A, bias, Dv = _program_channels(
+        A_ptr, D_ptr, bias_ptr, dpg, N, G, HAS_D, HAS_BIAS, BLOCK_D, BLOCK_N
+    )
     row = (b * dim + d).to(tl.int64) * L  # (BLOCK_D,) offset of (b, d, t=0)
     bc = ((b * G + g) * N + n).to(tl.int64) * L  # (BLOCK_N,) offset of (b, g, n, t=0)
     ck = ((b * dim + d).to(tl.int64) * n_chunks)[:, None] * N + n[None, :]
@@ -109,21 +121,9 @@ def _selective_scan_bwd_kernel(
     ``(batch, G, n_blocks, N, L)`` fp32; ``gA`` ``(batch, dim, N)``, ``gD``, ``gbias``
     ``(batch, dim)`` fp32 summed over time. ``states_ptr``: ``(batch, dim, chunk, N)`` scratch.
     """
-    b = tl.program_id(0) // G
-    g = tl.program_id(0) % G
-    jd = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    d_ok = jd < dpg
-    d = g * dpg + jd
-    n = tl.arange(0, BLOCK_N)
-    n_ok = n < N
-    dn_ok = d_ok[:, None] & n_ok[None, :]
-    A = tl.load(A_ptr + d[:, None] * N + n[None, :], mask=dn_ok, other=0.0).to(tl.float32)
-    bias = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
-    Dv = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    if HAS_D:
-        Dv = tl.load(D_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
+    b, g, d, d_ok, n, n_ok, dn_ok, A, bias, Dv = _program_channels(
+        A_ptr, D_ptr, bias_ptr, dpg, N, G, HAS_D, HAS_BIAS, BLOCK_D, BLOCK_N
+    )
     bd = (b * dim + d).to(tl.int64)
     row = bd * L
     bc = ((b * G + g) * N + n).to(tl.int64) * L

@@ -80,6 +80,19 @@ def test_kernels_match_reference(batch, dim, n_state, length, groups, chunk, opt
     check(actual, reference(inputs, softplus, grad_y.float(), grad_last), inputs, seed)
 
 
+def test_forward_of_a_56x56_route():
+    """L = 3136 (one VMamba-T stage-1 route) in the default chunking, forward only: the
+    interpreter needs about 15 s for it, the backward (same chunk logic as the short cases
+    above, with their several and partial chunks) over a minute."""
+    seed = torch.initial_seed()
+    inputs = random_inputs(1, 2, 2, 3136, 1, torch.float32, DEVICE, D=True, z=True, delta_bias=True,
+                           delta_softplus=True)
+    y, last = selective_scan_fwd(*[inputs[k] for k in NAMES], delta_softplus=True)
+    want_y, want_last = selective_scan_reference(**{k: inputs[k] for k in NAMES}, delta_softplus=True)
+    assert rel_err(y, want_y) <= 1e-5, f"seed {seed}: y relative error {rel_err(y, want_y):.3g}"
+    assert rel_err(last, want_last) <= 1e-5, f"seed {seed}: last state relative error {rel_err(last, want_last):.3g}"
+
+
 def test_op_dispatches_to_the_kernels():
     """The public op on the triton backend: both outputs and every gradient, through the registry;
     ``u`` and ``z`` are strided views (``(batch, L, dim)`` memory), as a layer may pass them."""
