@@ -1,0 +1,300 @@
+"""MILA presets through timm: parameter counts, any-size features, the 2-D RoPE, official
+checkpoint conversion (from a key/shape manifest of the release), errors, precision."""
+import pytest
+import timm
+import torch
+
+import ppma  # noqa: F401
+from ppma.layers.mila import MILARotaryEmbedding
+from ppma.models.family import checkpoint_filter_of, checkpoint_model_kwargs_of, create_from_checkpoint
+from ppma.models.mila import checkpoint_filter_fn, checkpoint_model_kwargs
+
+# A micro config in the release's parametrisation (embed_dim doubles per stage).
+MICRO = dict(embed_dim=16, depths=(1, 2, 1, 1), num_heads=(1, 2, 4, 8), mlp_ratio=4.0, num_classes=7)
+
+
+def micro_kwargs(embed_dim, depths, num_heads, mlp_ratio, num_classes):
+    return dict(embed_dims=tuple(embed_dim * 2**i for i in range(len(depths))), depths=depths, num_heads=num_heads,
+                mlp_ratio=mlp_ratio, num_classes=num_classes)
+
+
+def official_rotations(h, w, c, base=10000.0):
+    """The release's fixed RoPE buffer, written from its definition: ``k = c // 4`` frequencies
+    ``theta_m = 1 / base ** (m / k)``; angles ``[i * theta, j * theta]`` (rows first, then columns)
+    for the token at row ``i``, column ``j``; buffer ``(H, W, c/2, 2)`` = ``(cos, sin)``."""
+    k = c // 4
+    theta = 1 / (base ** (torch.arange(k) / k))
+    ii, jj = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    angles = torch.cat([ii[..., None] * theta, jj[..., None] * theta], dim=-1)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1)
+
+
+def official_state_dict(embed_dim, depths, num_heads, mlp_ratio, num_classes, img_size=224, backbone=False):
+    """Names and shapes of the official MLLA state dict (github.com/LeapLabTHU/MLLA,
+    ``models/mlla.py``), random values; the RoPE buffers are the release's for ``img_size``.
+
+    ``backbone=True``: the released detection/segmentation backbone (``downstream/*/backbones/
+    mlla.py``): output LayerNorms ``norm{i}`` instead of the classifier ``norm`` / ``head``."""
+    shapes = {}
+
+    def conv(name, cout, cin_per_group, k, bias=True):
+        shapes[f"{name}.weight"] = (cout, cin_per_group, k, k)
+        if bias:
+            shapes[f"{name}.bias"] = (cout,)
+
+    def bn(name, c):
+        for leaf in ("weight", "bias", "running_mean", "running_var"):
+            shapes[f"{name}.{leaf}"] = (c,)
+        shapes[f"{name}.num_batches_tracked"] = ()
+
+    def linear(name, cout, cin):
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (cout, cin), (cout,)
+
+    d, half = embed_dim, embed_dim // 2
+    stem = [("conv1", half, 3, 3), ("conv2.0", half, half, 3), ("conv2.1", half, half, 3),
+            ("conv3.0", 4 * d, half, 3), ("conv3.1", d, 4 * d, 1)]
+    for name, cout, cin, k in stem:  # ConvLayer: conv (no bias) + BatchNorm
+        conv(f"patch_embed.{name}.conv", cout, cin, k, bias=False)
+        bn(f"patch_embed.{name}.norm", cout)
+    res = img_size // 4
+    for i, (depth, heads) in enumerate(zip(depths, num_heads)):
+        dim, r = d * 2**i, res // 2**i
+        for j in range(depth):
+            b = f"layers.{i}.blocks.{j}"
+            for dw in ("cpe1", "dwc", "attn.lepe", "cpe2"):
+                conv(f"{b}.{dw}", dim, 1, 3)
+            for ln in ("norm1", "norm2"):
+                shapes[f"{b}.{ln}.weight"] = shapes[f"{b}.{ln}.bias"] = (dim,)
+            for p in ("in_proj", "act_proj", "out_proj"):
+                linear(f"{b}.{p}", dim, dim)
+            linear(f"{b}.attn.qk", 2 * dim, dim)
+            shapes[f"{b}.attn.rope.rotations"] = (r, r, dim // 2, 2)
+            linear(f"{b}.mlp.fc1", int(dim * mlp_ratio), dim)
+            linear(f"{b}.mlp.fc2", dim, int(dim * mlp_ratio))
+        if i + 1 < len(depths):  # PatchMerging: 1x1 (+ReLU), 3x3 s2 depthwise (+ReLU), 1x1 + BN
+            out, hidden = 2 * dim, 8 * dim
+            conv(f"layers.{i}.downsample.conv.0.conv", hidden, dim, 1)
+            conv(f"layers.{i}.downsample.conv.1.conv", hidden, 1, 3)
+            conv(f"layers.{i}.downsample.conv.2.conv", out, hidden, 1)
+            bn(f"layers.{i}.downsample.conv.2.norm", out)
+    if backbone:
+        for i in range(len(depths)):
+            shapes[f"norm{i}.weight"] = shapes[f"norm{i}.bias"] = (d * 2**i,)
+    else:
+        dim = d * 2 ** (len(depths) - 1)
+        shapes["norm.weight"] = shapes["norm.bias"] = (dim,)
+        linear("head", num_classes, dim)
+    state = {}
+    for name, shape in shapes.items():
+        if name.endswith("num_batches_tracked"):
+            state[name] = torch.tensor(3)
+        elif name.endswith("rope.rotations"):
+            state[name] = official_rotations(*shape[:2], 2 * shape[2])
+        elif name.endswith("running_var"):
+            state[name] = torch.rand(shape) + 0.5
+        else:
+            state[name] = torch.randn(shape) * 0.1
+    return state
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("mila_tiny", 24_392_200), ("mila_small", 43_015_048), ("mila_base", 95_983_960),
+])
+def test_parameter_counts_match_the_release(name, expected):
+    with torch.device("meta"):
+        model = timm.create_model(name)
+    assert n_params(model) == expected
+    assert not list(model.buffers()) or all("running" in n or "num_batches" in n for n, _ in model.named_buffers())
+
+
+def test_presets_are_registered_with_pretrained_cfgs():
+    assert {"mila_tiny", "mila_small", "mila_base", "test_mila"} <= set(timm.list_models("*mila*"))
+    cfg = timm.get_pretrained_cfg("mila_tiny.in1k")
+    assert cfg.classifier == "head.fc" and cfg.num_classes == 1000 and cfg.first_conv == "stem.conv1.conv"
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 230, 310), (2, 3, 161, 227), (1, 3, 32, 33)])
+def test_features_only_at_odd_sizes(shape):
+    model = timm.create_model("test_mila", features_only=True).eval()
+    assert model.feature_info.reduction() == [4, 8, 16, 32]
+    with torch.no_grad():
+        feats = model(torch.randn(shape))
+    h, w = shape[2:]
+    for s, f in enumerate(feats):
+        stride = 4 * 2**s
+        assert f.shape == (shape[0], model.feature_info.channels()[s], -(-h // stride), -(-w // stride)), (
+            f"stage {s}: {tuple(f.shape)} (seed {torch.initial_seed()})")
+        assert torch.isfinite(f).all(), f"stage {s} not finite (seed {torch.initial_seed()})"
+
+
+def test_forward_intermediates_and_classifier_api():
+    model = timm.create_model("test_mila").eval()
+    x = torch.randn(1, 3, 97, 130)
+    with torch.no_grad():
+        final, inter = model.forward_intermediates(x)
+        assert [t.shape[1] for t in inter] == [16, 32, 48, 64]
+        torch.testing.assert_close(final, model.forward_features(x))
+        assert model.forward_intermediates(x, indices=[1], intermediates_only=True)[0].shape == (1, 32, 13, 17)
+        assert model(x).shape == (1, 1000)
+        assert model.forward_head(final, pre_logits=True).shape == (1, 64)
+        model.reset_classifier(5)
+        assert model(x).shape == (1, 5)
+        model.reset_classifier(0, global_pool="")
+        assert model(x).shape == (1, 64, 4, 5)
+    assert model.no_weight_decay() == set()
+
+
+def test_rope_at_224_equals_the_official_buffer():
+    for stage, c in enumerate((64, 128, 256, 512)):
+        r = 56 // 2**stage
+        ours = MILARotaryEmbedding(c).rotations((r, r))
+        torch.testing.assert_close(ours, official_rotations(r, r, c), rtol=1e-6, atol=1e-6)
+    # and it is applied as the complex product (x[2p] + i x[2p+1]) * (cos + i sin)
+    x = torch.randn(2, 5, 7, 16)
+    rot = official_rotations(5, 7, 16)
+    expected = torch.view_as_real(torch.view_as_complex(x.reshape(2, 5, 7, 8, 2)) * torch.view_as_complex(rot))
+    torch.testing.assert_close(MILARotaryEmbedding(16)(x), expected.flatten(-2),
+                               msg=lambda m: f"{m} (seed {torch.initial_seed()})")
+
+
+def test_official_layout_converts_and_loads_strictly():
+    official = official_state_dict(**MICRO)
+    assert checkpoint_model_kwargs({"model": official}) == {"num_classes": 7}
+    model = timm.create_model("test_mila", **micro_kwargs(**MICRO)).eval()
+    converted = checkpoint_filter_fn({"model": official}, model)
+    model.load_state_dict(converted, strict=True)
+    sd = model.state_dict()
+    for ours, theirs in [("stem.conv3.1.conv.weight", "patch_embed.conv3.1.conv.weight"),
+                         ("stages.1.downsample.conv.2.norm.running_var", "layers.0.downsample.conv.2.norm.running_var"),
+                         ("stages.1.blocks.1.attn.qk.weight", "layers.1.blocks.1.attn.qk.weight"),
+                         ("head.norm.weight", "norm.weight"), ("head.fc.bias", "head.bias")]:
+        assert torch.equal(sd[ours], official[theirs]), ours
+    with torch.no_grad():
+        y = model(torch.randn(1, 3, 224, 224))
+    assert y.shape == (1, 7) and torch.isfinite(y).all(), f"seed {torch.initial_seed()}"
+    # our own layout passes through unchanged
+    again = checkpoint_filter_fn(model.state_dict(), model)
+    assert again.keys() == model.state_dict().keys()
+
+
+def test_family_lookup_and_features_model_drop_the_head():
+    official = official_state_dict(**MICRO)
+    assert checkpoint_filter_of("test_mila") is checkpoint_filter_fn
+    assert checkpoint_model_kwargs_of("test_mila") is checkpoint_model_kwargs
+    model = create_from_checkpoint("test_mila", official, **{k: v for k, v in micro_kwargs(**MICRO).items()
+                                                              if k != "num_classes"})
+    assert model.num_classes == 7
+    backbone = timm.create_model("test_mila", with_head=False, **micro_kwargs(**MICRO))
+    backbone.load_state_dict(checkpoint_filter_fn(official, backbone), strict=True)
+    no_head = {k: v for k, v in official.items() if not k.startswith(("norm.", "head."))}
+    assert checkpoint_model_kwargs(no_head) == {"with_head": False}
+
+
+def test_official_detection_backbone_loads_into_a_features_model():
+    official = official_state_dict(**MICRO, backbone=True)
+    assert checkpoint_model_kwargs(official) == {"output_norms": [0, 1, 2, 3], "with_head": False}
+    kwargs = {k: v for k, v in micro_kwargs(**MICRO).items() if k != "num_classes"}
+    model = create_from_checkpoint("test_mila", official, **kwargs)
+    torch.testing.assert_close(model.out_norms["2"].weight, official["norm2.weight"])
+    features = timm.create_model("test_mila", features_only=True, **kwargs)
+    features.model.load_state_dict(checkpoint_filter_fn(official, features.model), strict=True)
+    with torch.no_grad():
+        assert [f.shape[-2:] for f in features(torch.randn(1, 3, 100, 70))] == [(25, 18), (13, 9), (7, 5), (4, 3)]
+
+
+def test_rope_buffer_mismatch_names_the_key():
+    official = official_state_dict(**MICRO)
+    model = timm.create_model("test_mila", **micro_kwargs(**MICRO))
+    key = "layers.2.blocks.0.attn.rope.rotations"
+    bad = dict(official)
+    bad[key] = official_rotations(14, 14, 64, base=100.0)
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        checkpoint_filter_fn(bad, model)
+    bad[key] = official_rotations(14, 14, 32)  # the wrong width for stage 2
+    with pytest.raises(ValueError, match=r"layers\.2\.blocks\.0\.attn\.rope\.rotations has shape"):
+        checkpoint_filter_fn(bad, model)
+    # another grid (a checkpoint trained at 256) is fine: it is checked for its own grid
+    ok = dict(official)
+    ok[key] = official_rotations(16, 16, 64)
+    checkpoint_filter_fn(ok, model)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda sd: sd.pop("layers.1.blocks.1.dwc.weight"),
+     r"missing from the checkpoint: \['stages\.1\.blocks\.1\.dwc\.weight'\]"),
+    (lambda sd: sd.update({"layers.0.blocks.0.extra.weight": torch.zeros(1)}),
+     r"without a counterpart in the model: \['layers\.0\.blocks\.0\.extra\.weight'\]"),
+    (lambda sd: sd.update({"absolute_pos_embed": torch.zeros(1)}), r"\['absolute_pos_embed'\]"),
+])
+def test_mismatched_keys_raise_naming_them(edit, message):
+    official = official_state_dict(**MICRO)
+    edit(official)
+    model = timm.create_model("test_mila", **micro_kwargs(**MICRO))
+    with pytest.raises(ValueError, match=message):
+        checkpoint_filter_fn(official, model)
+
+
+def test_test_preset_forward_backward():
+    model = timm.create_model("test_mila")
+    assert n_params(model) < 400_000
+    x = torch.randn(2, 3, 64, 80)
+    model(x).logsumexp(-1).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
+    assert not missing, f"no finite gradient for {missing} (seed {torch.initial_seed()})"
+
+
+def test_grad_checkpointing_gives_the_same_gradients():
+    model = timm.create_model("test_mila")
+    x = torch.randn(1, 3, 64, 64)
+    grads = []
+    for enable in (False, True):
+        model.zero_grad()
+        model.set_grad_checkpointing(enable)
+        model(x).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, msg=lambda m: f"{m} (seed {torch.initial_seed()})")
+
+
+def test_autocast_bf16_forward_on_cpu_has_no_nan():
+    model = timm.create_model("test_mila").eval()
+    x = torch.randn(1, 3, 64, 48)
+    with torch.no_grad():
+        ref = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = model(x)
+    assert torch.isfinite(y).all(), f"NaN/inf under bf16 autocast (seed {torch.initial_seed()})"
+    rel = ((y.float() - ref).norm() / ref.norm()).item()
+    assert rel < 0.05, f"bf16 relative error {rel:.3g} (seed {torch.initial_seed()})"
+
+
+def test_bad_configs_raise():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        timm.create_model("test_mila", embed_dims=(18, 32, 48, 64))
+    with pytest.raises(ValueError, match="num_heads"):
+        timm.create_model("test_mila", num_heads=(1, 2, 3))
+
+
+def test_timm_one_liner_loads_an_official_file(tmp_path):
+    official = official_state_dict(**MICRO)
+    torch.save({"model": official, "epoch": 3}, tmp_path / "mlla.pth")
+    overlay = dict(file=str(tmp_path / "mlla.pth"))
+    model = timm.create_model("test_mila", pretrained=True, pretrained_cfg_overlay=overlay, **micro_kwargs(**MICRO))
+    sd = model.state_dict()
+    assert torch.equal(sd["stages.3.blocks.0.attn.lepe.weight"], official["layers.3.blocks.0.attn.lepe.weight"])
+    assert torch.equal(sd["stem.conv1.norm.running_var"], official["patch_embed.conv1.norm.running_var"])
+
+
+def test_fx_trace_matches_eager_at_other_sizes():
+    from torchvision.models.feature_extraction import create_feature_extractor  # plain torch.fx tracing
+
+    model = timm.create_model("test_mila").eval()
+    fx = create_feature_extractor(model, ["stages.1", "head.fc"])
+    with torch.no_grad():
+        for shape in ((1, 3, 70, 90), (2, 3, 90, 66)):  # the RoPE follows the grid of each input
+            x = torch.randn(shape)
+            assert torch.equal(fx(x)["head.fc"], model(x)), f"{shape} (seed {torch.initial_seed()})"
