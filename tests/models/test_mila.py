@@ -111,6 +111,15 @@ def test_parameter_counts_match_the_release(name, expected):
     assert not list(model.buffers()) or all("running" in n or "num_batches" in n for n, _ in model.named_buffers())
 
 
+def test_flops_at_224_within_5_percent_of_the_paper():
+    """MILA-T: the paper reports 4.2 G at 224 (multiply-add = 1); ours also counts the elementwise
+    ops (RoPE, gates, residuals), 4.17 G when measured."""
+    from ppma.models.flops import count_flops
+
+    flops = count_flops(timm.create_model("mila_tiny"), (1, 3, 224, 224))
+    assert abs(flops / 4.2e9 - 1) < 0.05, f"{flops / 1e9:.3f} G"
+
+
 def test_presets_are_registered_with_pretrained_cfgs():
     assert {"mila_tiny", "mila_small", "mila_base", "test_mila"} <= set(timm.list_models("*mila*"))
     cfg = timm.get_pretrained_cfg("mila_tiny.in1k")
