@@ -62,7 +62,8 @@ class MILARotaryEmbedding(nn.Module):
         rope(x)[2p+1] = x[2p] sin(a_p) + x[2p+1] cos(a_p)
 
     No parameters or buffers: the angles are computed, in fp32, for the grid of every input.
-    Forward: ``(B, H, W, C)`` -> fp32 ``(B, H, W, C)`` (the release rotates in fp32).
+    Forward: tensors ``(B, H, W, C)`` of one grid -> a tuple of fp32 ``(B, H, W, C)`` (the
+    release rotates in fp32).
     """
 
     def __init__(self, dim: int, base: float = 10000.0):
@@ -76,12 +77,16 @@ class MILARotaryEmbedding(nn.Module):
         """fp32 ``(H, W, C/2, 2)``: ``(cos a_p, sin a_p)`` per token and channel pair (the release's buffer)."""
         return rope_rotations(grid[0], grid[1], self.dim, self.base, device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rot = rope_rotations(x.shape[-3], x.shape[-2], self.dim, self.base, x.device)
+    def forward(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Rotate each of ``xs`` (same grid, e.g. ``q, k = rope(q, k)``); the angles are computed once."""
+        rot = rope_rotations(xs[0].shape[-3], xs[0].shape[-2], self.dim, self.base, xs[0].device)
         cos, sin = rot[..., 0], rot[..., 1]
-        pairs = check_tokens(x, self.dim).float().unflatten(-1, (-1, 2))
-        re, im = pairs[..., 0], pairs[..., 1]
-        return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2)
+        out = []
+        for x in xs:
+            pairs = check_tokens(x, self.dim).float().unflatten(-1, (-1, 2))
+            re, im = pairs[..., 0], pairs[..., 1]
+            out.append(torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2))
+        return tuple(out)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base}"
@@ -122,7 +127,7 @@ class MILAttention(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:  # (B, H, W, C) -> (B, heads, N, d)
             return t.reshape(b, n, self.num_heads, -1).transpose(1, 2)
 
-        q_rope, k_rope = heads(self.rope(q)), heads(self.rope(k))
+        q_rope, k_rope = (heads(t) for t in self.rope(q, k))
         q, k, v = heads(q), heads(k), heads(x)
         z = 1.0 / (q @ k.mean(dim=-2, keepdim=True).transpose(-2, -1) + 1e-6)  # (B, heads, N, 1)
         kv = (k_rope.transpose(-2, -1) * n**-0.5) @ (v * n**-0.5)  # (B, heads, d, d)
