@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import re
 from pathlib import Path
 
 import torch
+from torch import nn
 
 _logger = logging.getLogger(__name__)
 
@@ -77,3 +79,53 @@ def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     if all(k.startswith("model.") for k in state):
         state = {k.removeprefix("model."): v for k, v in state.items()}
     return state
+
+
+def finish_conversion(converted: dict, sources: dict, model: nn.Module) -> dict:
+    """The strict end of every family's ``checkpoint_filter_fn``.
+
+    ``converted``: the checkpoint's tensors under ``model``'s names; ``sources``: the same keys
+    -> the checkpoint's own names (for error messages). Two deliberate, logged exceptions to
+    strictness: the head of a classification checkpoint is dropped when the model has none
+    (``model.head is None``), and output norms (``out_norms.*``) the checkpoint lacks keep their
+    initialisation. The classifier ``head.fc`` is left to timm, which adapts it to another
+    ``num_classes``. Any other key without a counterpart, or model key without a source:
+    ``ValueError`` naming them all.
+    """
+    own = model.state_dict()
+    if getattr(model, "head", None) is None:
+        head = [k for k in converted if k.startswith("head.")]
+        for k in head:
+            del converted[k]
+        if head:
+            _logger.info("the model has no classification head: dropped %d head keys of the checkpoint", len(head))
+    fresh = [k for k in own if k.startswith("out_norms.") and k not in converted]
+    for k in fresh:
+        converted[k] = own[k]
+    if fresh:
+        _logger.info("output norms not in the checkpoint keep their initialisation: %s", ", ".join(fresh))
+    unexpected = [sources.get(k, k) for k in converted if k not in own and not k.startswith("head.fc.")]
+    missing = [k for k in own if k not in converted and not k.startswith("head.fc.")]
+    if unexpected or missing:
+        raise ValueError(
+            "checkpoint does not match the model: "
+            + (f"keys without a counterpart in the model: {unexpected}; " if unexpected else "")
+            + (f"model keys missing from the checkpoint: {missing}" if missing else "")
+        )
+    return converted
+
+
+def head_and_norm_kwargs(state_dict: dict, norm_pattern: str, head_prefixes: tuple[str, ...], classifier: str) -> dict:
+    """``timm.create_model`` keywords for a hierarchical family's checkpoint: ``output_norms``
+    from the stages of the keys matching ``norm_pattern`` (a regex whose group 1 is the stage);
+    ``with_head=False`` when no key starts with ``head_prefixes``, else ``num_classes`` from the
+    rows of ``classifier`` (0 when the head has no classifier)."""
+    kwargs = {}
+    norms = sorted({int(m[1]) for k in state_dict if (m := re.match(norm_pattern, k))})
+    if norms:
+        kwargs["output_norms"] = norms
+    if not any(k.startswith(head_prefixes) for k in state_dict):
+        kwargs["with_head"] = False
+    else:
+        kwargs["num_classes"] = state_dict[classifier].shape[0] if classifier in state_dict else 0
+    return kwargs

@@ -24,9 +24,8 @@ from torch import nn
 
 from ppma.layers.mila import MILABlock, MILADownsample, MILAHead, MILAStem, MILAttention
 
-from .backbone import take_indices
-from .checkpoint import model_state_dict
-from .skeleton import HierarchicalBackbone
+from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .skeleton import HierarchicalBackbone, dense_defaults
 
 __all__ = ["MILA", "checkpoint_filter_fn", "checkpoint_model_kwargs", "PRESETS"]
 
@@ -154,22 +153,7 @@ def checkpoint_filter_fn(state_dict: dict, model: MILA) -> dict:
             _check_rope(key, value, model)
             continue
         out[new_key], source[new_key] = value, key
-    own = model.state_dict()
-    if model.head is None:
-        for k in [k for k in out if k.startswith("head.")]:
-            del out[k]
-    for k in own:
-        if k.startswith("out_norms.") and k not in out:
-            out[k] = own[k]
-    unexpected = [source[k] for k in out if k not in own and not k.startswith("head.fc.")]
-    missing = [k for k in own if k not in out and not k.startswith("head.fc.")]
-    if unexpected or missing:
-        raise ValueError(
-            "checkpoint does not match the model: "
-            + (f"keys without a counterpart in the model: {unexpected}; " if unexpected else "")
-            + (f"model keys missing from the checkpoint: {missing}" if missing else "")
-        )
-    return out
+    return finish_conversion(out, source, model)
 
 
 def checkpoint_model_kwargs(state_dict: dict) -> dict:
@@ -177,18 +161,9 @@ def checkpoint_model_kwargs(state_dict: dict) -> dict:
     ``output_norms`` from ``out_norms.{i}`` (official: ``norm{i}``) keys; ``with_head=False`` without head keys, else
     ``num_classes`` from the classifier (0 when only the head norm is there)."""
     state_dict = model_state_dict(state_dict)
-    kwargs = {}
-    norms = sorted({int(m[1]) for k in state_dict if (m := re.match(r"(?:norm|out_norms\.)(\d+)\.", k))})
-    if norms:
-        kwargs["output_norms"] = norms
-    official = _is_official(state_dict)
-    head_keys = ("norm.", "head.") if official else ("head.",)
-    classifier = "head.weight" if official else "head.fc.weight"
-    if not any(k.startswith(head_keys) for k in state_dict):
-        kwargs["with_head"] = False
-    else:
-        kwargs["num_classes"] = state_dict[classifier].shape[0] if classifier in state_dict else 0
-    return kwargs
+    if _is_official(state_dict):
+        return head_and_norm_kwargs(state_dict, r"norm(\d+)\.", ("norm.", "head."), "head.weight")
+    return head_and_norm_kwargs(state_dict, r"out_norms\.(\d+)\.", ("head.",), "head.fc.weight")
 
 
 # --- presets --------------------------------------------------------------------------------
@@ -206,10 +181,7 @@ PRESETS = {
 
 
 def _create_mila(variant: str, pretrained: bool = False, **kwargs) -> MILA:
-    kwargs = {**PRESETS[variant], **kwargs}
-    if kwargs.get("features_only"):  # as the released dense-prediction backbones: no head, normed outputs
-        kwargs.setdefault("output_norms", take_indices(len(kwargs["embed_dims"]), kwargs.get("out_indices"))[0])
-        kwargs.setdefault("with_head", False)
+    kwargs = dense_defaults({**PRESETS[variant], **kwargs})
     return build_model_with_cfg(
         MILA,
         variant,

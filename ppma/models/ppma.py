@@ -12,7 +12,6 @@ Official checkpoints (``{'model': state_dict}``, also mmdet/mmseg checkpoints wi
 """
 from __future__ import annotations
 
-import logging
 import re
 from functools import partial
 from typing import Sequence
@@ -27,11 +26,8 @@ from torch import nn
 
 from ppma.layers import KINDS, PolylineAttention, ProjectionHead
 
-from .backbone import take_indices
-from .checkpoint import model_state_dict
-from .skeleton import HierarchicalBackbone, per_stage
-
-_logger = logging.getLogger(__name__)
+from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .skeleton import HierarchicalBackbone, dense_defaults, per_stage
 
 __all__ = ["PPMA", "checkpoint_filter_fn", "PRESETS"]
 
@@ -194,27 +190,7 @@ def checkpoint_filter_fn(state_dict: dict, model: PPMA) -> dict:
         if not ours and key.endswith(("gamma_1", "gamma_2")):
             value = value.reshape(-1)
         out[new_key], source[new_key] = value, key
-    own = model.state_dict()
-    if model.head is None:
-        head = [k for k in out if k.startswith("head.")]
-        for k in head:
-            del out[k]
-        if head:
-            _logger.info("the model has no classification head: dropped %d head keys of the checkpoint", len(head))
-    fresh = [k for k in own if k.startswith("out_norms.") and k not in out]
-    for k in fresh:
-        out[k] = own[k]
-    if fresh:
-        _logger.info("output norms not in the checkpoint keep their initialisation: %s", ", ".join(fresh))
-    unexpected = [source[k] for k in out if k not in own and not k.startswith("head.fc.")]
-    missing = [k for k in own if k not in out and not k.startswith("head.fc.")]
-    if unexpected or missing:
-        raise ValueError(
-            "checkpoint does not match the model: "
-            + (f"keys without a counterpart in the model: {unexpected}; " if unexpected else "")
-            + (f"model keys missing from the checkpoint: {missing}" if missing else "")
-        )
-    return out
+    return finish_conversion(out, source, model)
 
 
 def checkpoint_model_kwargs(state_dict: dict) -> dict:
@@ -225,18 +201,9 @@ def checkpoint_model_kwargs(state_dict: dict) -> dict:
     classifier (0 when it has the projection head but no classifier).
     """
     state_dict = model_state_dict(state_dict)
-    kwargs = {}
-    norms = sorted({int(m[1]) for k in state_dict if (m := re.match(r"(?:outnorm|out_norms\.)(\d+)\.", k))})
-    if norms:
-        kwargs["output_norms"] = norms
-    official = _is_official(state_dict)
-    head_keys = ("proj.", "norm.", "head.") if official else ("head.",)
-    classifier = "head.weight" if official else "head.fc.weight"
-    if not any(k.startswith(head_keys) for k in state_dict):
-        kwargs["with_head"] = False
-    else:
-        kwargs["num_classes"] = state_dict[classifier].shape[0] if classifier in state_dict else 0
-    return kwargs
+    if _is_official(state_dict):
+        return head_and_norm_kwargs(state_dict, r"outnorm(\d+)\.", ("proj.", "norm.", "head."), "head.weight")
+    return head_and_norm_kwargs(state_dict, r"out_norms\.(\d+)\.", ("head.",), "head.fc.weight")
 
 
 def _check_rope_angle(key: str, value: torch.Tensor, model: PPMA) -> None:
@@ -278,10 +245,7 @@ PRESETS["test_ppma"] = dict(
 
 
 def _create_ppma(variant: str, pretrained: bool = False, **kwargs) -> PPMA:
-    kwargs = {**PRESETS[variant], **kwargs}
-    if kwargs.get("features_only"):  # as the released dense-prediction backbones: no head, normed outputs
-        kwargs.setdefault("output_norms", take_indices(len(kwargs["embed_dims"]), kwargs.get("out_indices"))[0])
-        kwargs.setdefault("with_head", False)
+    kwargs = dense_defaults({**PRESETS[variant], **kwargs})
     # timm's builder reads in_chans from a (C, H, W) input_size; a 3-D preset's is (C, T, H, W):
     # build with one frame's and give the model the clip's.
     cfg = resolve_pretrained_cfg(variant, kwargs.get("pretrained_cfg"), kwargs.get("pretrained_cfg_overlay"))

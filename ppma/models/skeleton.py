@@ -17,7 +17,7 @@ from torch import nn
 from ppma.layers import ConvDownsample, ConvStem, MixerBlock, ProjectionHead
 from ppma.layers.layout import GRID_3D, GRIDS, check_mixer_layout
 
-from .backbone import TimmBackbone
+from .backbone import TimmBackbone, take_indices
 
 MixerFactory = Callable[[int], nn.Module]
 
@@ -203,3 +203,13 @@ def per_stage(value, num_stages: int, name: str) -> tuple:
             raise ValueError(f"{name} must have one entry per stage ({num_stages}), got {len(value)}")
         return tuple(value)
     return (value,) * num_stages
+
+
+def dense_defaults(kwargs: dict) -> dict:
+    """A hierarchical preset's keywords, with a ``features_only`` model built as the released
+    dense-prediction backbones are: no head, an output norm on every tapped stage (unless given)."""
+    if kwargs.get("features_only"):
+        kwargs = dict(kwargs)
+        kwargs.setdefault("output_norms", take_indices(len(kwargs["embed_dims"]), kwargs.get("out_indices"))[0])
+        kwargs.setdefault("with_head", False)
+    return kwargs
