@@ -1,4 +1,4 @@
-"""Write a small, seeded data set of coloured shapes for detection and segmentation.
+"""Write a small, seeded data set of coloured shapes for detection, segmentation and classification.
 
 One set of images carries two kinds of labels, so mmdet and mmseg train on the same pictures::
 
@@ -12,6 +12,11 @@ One set of images carries two kinds of labels, so mmdet and mmseg train on the s
 
 Shapes have random colours (colour says nothing about the class), sizes, rotations and
 positions; they never overlap, so each instance polygon is exactly its visible mask.
+
+Beside them, an ImageFolder of one-shape images for classification (mmpretrain, timm), drawn from
+its own random stream (the images above do not depend on its options)::
+
+    OUT/classification/{train,val}/{circle,square,triangle}/00000.jpg
 
     python tools/make_shapes_dataset.py data/shapes --num-train 300 --num-val 60 --size 128
 """
@@ -104,6 +109,18 @@ def write_split(out, split, num_images, size, max_shapes, rng):
     return len(coco["annotations"])
 
 
+def write_classification(out, split, per_class, size, rng):
+    """Write ``per_class`` images of one shape each into ``out/classification/<split>/<shape>/``."""
+    for kind in SHAPES:
+        folder = out / "classification" / split / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        for index in range(per_class):
+            radius = rng.uniform(0.2, 0.4) * size
+            cx, cy = rng.uniform(radius + 1, size - radius - 1, size=2)
+            image, _, _ = render(rng, size, [(kind, cx, cy, radius, rng.uniform(0, 2 * math.pi))])
+            Image.fromarray(image).save(folder / f"{index:05d}.jpg", quality=95)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,17 +129,27 @@ def main(argv=None):
     parser.add_argument("--num-val", type=int, default=60)
     parser.add_argument("--size", type=int, default=128, help="image side in pixels")
     parser.add_argument("--max-shapes", type=int, default=4, help="most shapes in one image")
+    parser.add_argument("--cls-train", type=int, default=200,
+                        help="classification training images per class")
+    parser.add_argument("--cls-val", type=int, default=50, help="classification validation images per class")
+    parser.add_argument("--cls-size", type=int, default=64, help="classification image side in pixels")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("num_train", "num_val", "max_shapes"):
+    for name in ("num_train", "num_val", "max_shapes", "cls_train", "cls_val"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.size < 32:
-        parser.error("--size must be >= 32")
+    for name in ("size", "cls_size"):
+        if getattr(args, name) < 32:
+            parser.error(f"--{name.replace('_', '-')} must be >= 32")
     rng = np.random.default_rng(args.seed)
     for split, count in zip(SPLITS, (args.num_train, args.num_val)):
         instances = write_split(args.out, split, count, args.size, args.max_shapes, rng)
         print(f"{split}: {count} images, {instances} instances -> {args.out}")
+    rng = np.random.default_rng((args.seed, 1))  # the classification images' own stream
+    for split, per_class in (("train", args.cls_train), ("val", args.cls_val)):
+        write_classification(args.out, split, per_class, args.cls_size, rng)
+        print(f"classification {split}: {per_class} images of each of {', '.join(SHAPES)} "
+              f"-> {args.out / 'classification' / split}")
 
 
 if __name__ == "__main__":

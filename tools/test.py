@@ -1,9 +1,10 @@
-"""Evaluate a checkpoint of a detector (mmdet) or segmentor (mmseg) on the config's test set.
+"""Evaluate a checkpoint of a detector (mmdet), segmentor (mmseg) or classifier (mmpretrain) on the
+config's test set.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--cfg-options KEY=VALUE ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT 8
 
-Prints the metrics (e.g. coco/bbox_mAP, coco/segm_mAP, mIoU) as one JSON line at the end.
+Prints the metrics (e.g. coco/bbox_mAP, coco/segm_mAP, mIoU, accuracy/top1) as one JSON line at the end.
 """
 import argparse
 import json

@@ -1,6 +1,8 @@
-"""Train a detector (mmdet) or a segmentor (mmseg) from a config with mmengine's Runner.
+"""Train a detector (mmdet), segmentor (mmseg) or classifier (mmpretrain) from a config with
+mmengine's Runner.
 
     python tools/train.py mm_configs/quickstart/upernet_ppma_micro_shapes.py
+    python tools/train.py mm_configs/classification/quickstart/test_ppma_shapes.py
     python tools/train.py CONFIG --work-dir work_dirs/run1 --cfg-options train_cfg.max_iters=200
     python tools/train.py CONFIG --work-dir work_dirs/run1 --resume       # latest checkpoint there
     python tools/train.py CONFIG --resume work_dirs/run1/iter_100.pth     # that checkpoint

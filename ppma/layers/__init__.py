@@ -4,7 +4,7 @@ from .conv import GridDepthwiseConv
 from .decay import DecayGenerator
 from .embed import ConvDownsample, ConvStem, PatchStem
 from .ffn import ConvFFN
-from .head import ProjectionHead, TokenPoolHead
+from .head import NormPoolHead, ProjectionHead, TokenPoolHead
 from .layout import GRID_2D, GRID_3D, GRIDS, LAYOUTS, SEQUENCE, check_mixer_layout
 from .polyline_attention import KINDS, MASK_FORMS, PolylineAttention, elu_feature_map
 from .rope import RasterRotaryEmbedding
@@ -23,6 +23,7 @@ __all__ = [
     "DecayGenerator",
     "GridDepthwiseConv",
     "MixerBlock",
+    "NormPoolHead",
     "PatchStem",
     "PolylineAttention",
     "ProjectionHead",

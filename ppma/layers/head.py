@@ -1,4 +1,4 @@
-"""Classification heads: the PPMA release's (on a grid) and a pooled-token head (on a sequence)."""
+"""Classification heads: the PPMA release's and a norm-pool head (on a grid), a pooled-token head (on a sequence)."""
 from __future__ import annotations
 
 import torch
@@ -44,6 +44,37 @@ class ProjectionHead(nn.Module):
         if not pre_logits:
             x = self.fc(x.transpose(1, 2)).transpose(1, 2)  # (B, num_classes, N)
         return x.unflatten(2, grid)
+
+
+class NormPoolHead(nn.Module):
+    """``fc(mean(norm(x)))``: LayerNorm (eps 1e-5), average pool, classifier (the MILA and VMamba releases').
+
+    Forward: channels-last ``(B, *grid, in_dim)`` -> logits ``(B, num_classes)``, or the pooled
+    ``(B, in_dim)`` with ``pre_logits=True`` (also when ``num_classes == 0``).
+    ``global_pool=''``: no pooling, channels-first ``(B, num_classes or in_dim, *grid)``.
+    """
+
+    def __init__(self, in_dim: int, num_classes: int, global_pool: str = "avg"):
+        super().__init__()
+        self.hidden_dim = in_dim
+        self.norm = nn.LayerNorm(in_dim)
+        self.global_pool = _check_pool(global_pool)
+        self.fc = nn.Linear(in_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def reset(self, num_classes: int, global_pool: str | None = None) -> None:
+        """New classifier for ``num_classes`` (0: none); ``global_pool`` ``'avg'`` or ``''`` if given."""
+        if global_pool is not None:
+            self.global_pool = _check_pool(global_pool)
+        self.fc = nn.Linear(self.hidden_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.norm(x)
+        if self.global_pool == "avg":
+            x = x.flatten(1, -2).mean(1)
+            return x if pre_logits else self.fc(x)
+        if not pre_logits:
+            x = self.fc(x)
+        return x.movedim(-1, 1)
 
 
 class TokenPoolHead(nn.Module):

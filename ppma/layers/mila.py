@@ -6,7 +6,7 @@ The released model's parts, on channels-last grids ``(B, H, W, C)`` of any size:
   it is given (the release stores a fixed ``(H, W, C/2, 2)`` buffer for one input size);
 - :class:`MILAttention`: the token mixer (``token_layout = '2d'``);
 - :class:`MILABlock`: positional conv, the Mamba-like gated branch around the attention, MLP;
-- :class:`MILAStem` (stride 4), :class:`MILADownsample` (stride 2), :class:`MILAHead`.
+- :class:`MILAStem` (stride 4), :class:`MILADownsample` (stride 2); the classifier is :class:`ppma.layers.NormPoolHead`.
 
 Module names follow the release (``cpe1``, ``in_proj``, ``act_proj``, ``dwc``, ``attn.qk``,
 ``attn.lepe``, ...), so that official checkpoints map onto them by path.
@@ -20,7 +20,6 @@ from timm.layers import DropPath, Mlp
 from torch import nn
 
 from .conv import GridDepthwiseConv
-from .head import _check_pool
 from .layout import GRID_2D
 
 
@@ -239,34 +238,3 @@ class MILADownsample(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-
-
-class MILAHead(nn.Module):
-    """The released classifier: ``fc(mean(norm(x)))``, LayerNorm (eps 1e-5) then average pool.
-
-    Forward: channels-last ``(B, *grid, in_dim)`` -> logits ``(B, num_classes)``, or the pooled
-    ``(B, in_dim)`` with ``pre_logits=True`` (also when ``num_classes == 0``).
-    ``global_pool=''``: no pooling, channels-first ``(B, num_classes or in_dim, *grid)``.
-    """
-
-    def __init__(self, in_dim: int, num_classes: int, global_pool: str = "avg"):
-        super().__init__()
-        self.hidden_dim = in_dim
-        self.norm = nn.LayerNorm(in_dim)
-        self.global_pool = _check_pool(global_pool)
-        self.fc = nn.Linear(in_dim, num_classes) if num_classes > 0 else nn.Identity()
-
-    def reset(self, num_classes: int, global_pool: str | None = None) -> None:
-        """New classifier for ``num_classes`` (0: none); ``global_pool`` ``'avg'`` or ``''`` if given."""
-        if global_pool is not None:
-            self.global_pool = _check_pool(global_pool)
-        self.fc = nn.Linear(self.hidden_dim, num_classes) if num_classes > 0 else nn.Identity()
-
-    def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = self.norm(x)
-        if self.global_pool == "avg":
-            x = x.flatten(1, -2).mean(1)
-            return x if pre_logits else self.fc(x)
-        if not pre_logits:
-            x = self.fc(x)
-        return x.movedim(-1, 1)

@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ppma.ops import polyline_attention, polyline_scan
+from ppma.ops import polyline_attention, polyline_linear_attention
 from ppma.ops.polyline_attention import FORMS as MASK_FORMS
 
 from .conv import GridDepthwiseConv
-from .decay import GRIDS, DecayGenerator, _at_least_fp32
+from .decay import GRIDS, DecayGenerator
 from .rope import RasterRotaryEmbedding
 
 KINDS = ("vanilla", "criss_cross", "linear")
@@ -49,10 +49,10 @@ class PolylineAttention(nn.Module):
 
           out_n = q*_n^T (L2D (k* (x) v))_n / (q*_n . (L2D k*)_n + eps)
 
-      i.e. ``out_n = sum_m L2D[n, m] (q*_n . k*_m) v_m / sum_m L2D[n, m] (q*_n . k*_m)``; both
-      ``L2D`` products are one :func:`ppma.ops.polyline_scan` (order ``'both'``) over the
-      ``d*d + d`` channels of ``[k* (x) v, k*]``. ``mask_form`` does not apply: passing one
-      raises ``ValueError``, and the attribute is ``None``.
+      i.e. ``out_n = sum_m L2D[n, m] (q*_n . k*_m) v_m / sum_m L2D[n, m] (q*_n . k*_m)``:
+      :func:`ppma.ops.polyline_linear_attention` (the ``L2D`` scans of the ``d*d + d`` channels
+      of ``[k* (x) v, k*]``, a few channels at a time). ``mask_form`` does not apply: passing
+      one raises ``ValueError``, and the attribute is ``None``.
 
     Contract for tools that hook the layer without changing it (e.g. :mod:`ppma.vis`):
 
@@ -135,13 +135,7 @@ class PolylineAttention(nn.Module):
 
     def _linear(self, q, k, v, log_alpha, log_beta, log_gamma):
         fq, fk = self.feature_map(q), self.feature_map(k)
-        d, dv = fk.shape[-1], v.shape[-1]
-        state = torch.cat([(fk.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2), fk], dim=-1)
-        state = _at_least_fp32(polyline_scan(state, log_alpha, log_beta, order="both", log_gamma=log_gamma))
-        fq = _at_least_fp32(fq)
-        num = torch.einsum("...d,...de->...e", fq, state[..., : d * dv].unflatten(-1, (d, dv)))
-        den = (fq * state[..., d * dv :]).sum(-1, keepdim=True)
-        return (num / (den + self.eps)).to(v.dtype)
+        return polyline_linear_attention(fq, fk, v, log_alpha, log_beta, log_gamma, eps=self.eps)
 
     def extra_repr(self) -> str:
         return (

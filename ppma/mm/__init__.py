@@ -6,17 +6,32 @@ Importing this package (configs do it with
 - registers :class:`PyramidBackbone` and its alias :class:`PPMA` in the ``MODELS`` registry of
   mmdet and of mmseg, whichever of the two is installed (ImportError if neither is);
 - registers :class:`NoDecayOptimWrapperConstructor` (no weight decay on the parameters the
-  model declares in ``no_weight_decay()``) in mmengine's ``OPTIM_WRAPPER_CONSTRUCTORS``;
+  model declares in ``no_weight_decay()``) and :class:`LayerDecayOptimWrapperConstructor` (the
+  same, plus layer-wise lr decay over the blocks) in mmengine's ``OPTIM_WRAPPER_CONSTRUCTORS``;
 - allows the globals that training checkpoints need under ``torch.load(weights_only=True)``
   (:mod:`ppma.mm.serialization`), so that resume and test load them on torch >= 2.6.
+
+Image classification (mmpretrain) is the submodule :mod:`ppma.mm.classification`, imported by the
+classification configs only, so that mmdet/mmseg users do not need mmpretrain.
 """
 import importlib
+import importlib.util
 
 from .backbone import PPMA, PyramidBackbone
-from .optim import NoDecayOptimWrapperConstructor
+from .optim import LayerDecayOptimWrapperConstructor, NoDecayOptimWrapperConstructor
 from .serialization import allow_checkpoint_globals
 
-__all__ = ["PPMA", "NoDecayOptimWrapperConstructor", "PyramidBackbone", "REGISTERED_IN", "allow_checkpoint_globals"]
+__all__ = [
+    "PPMA", "LayerDecayOptimWrapperConstructor", "NoDecayOptimWrapperConstructor", "PyramidBackbone", "REGISTERED_IN",
+    "allow_checkpoint_globals",
+]
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:  # a finder that reports it missing
+        return False
 
 
 def _register(classes) -> tuple[str, ...]:
@@ -33,8 +48,8 @@ def _register(classes) -> tuple[str, ...]:
             if registry.module_dict.get(cls.__name__) is not cls:
                 registry.register_module(module=cls)
         found.append(package)
-    if not found:
-        raise ImportError("ppma.mm needs mmdet or mmseg (pip install 'ppma[mm]', see docs/openmmlab.md)")
+    if not found and not _installed("mmpretrain"):  # classification alone is fine
+        raise ImportError("ppma.mm needs mmdet, mmseg or mmpretrain (pip install 'ppma[mm]', see docs/openmmlab.md)")
     return tuple(found)
 
 

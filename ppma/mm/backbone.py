@@ -1,4 +1,5 @@
-"""mmdet/mmseg backbone wrapping any hierarchical timm model of this package.
+"""mmdet/mmseg backbone wrapping any timm model of this package that has four-scale features
+(the hierarchical families, and the plain Vim presets through their released feature pyramid).
 
 Configs name it ``type='PyramidBackbone'`` (any family) or ``type='PPMA'`` (the PPMA presets)::
 
@@ -27,7 +28,7 @@ from .checkpoint import read_checkpoint
 
 
 class PyramidBackbone(BaseModule):
-    """Multi-scale NCHW features of a timm model built on ``ppma.models.HierarchicalBackbone``.
+    """Multi-scale NCHW features of a timm model of this package (``features_only``, strides 4-32).
 
     Args:
         model_name: a timm model name registered by ``import ppma`` (e.g. ``'ppma_tiny'``).

@@ -1,6 +1,7 @@
-"""No weight decay where the model says so: an optimizer-wrapper constructor for mmengine.
+"""Optimizer-wrapper constructors for mmengine: no weight decay where the model says so, and
+layer-wise learning-rate decay over the blocks of our backbones.
 
-Configs name it in their ``optim_wrapper``::
+Configs name them in their ``optim_wrapper``::
 
     optim_wrapper = dict(
         type='OptimWrapper',
@@ -8,14 +9,25 @@ Configs name it in their ``optim_wrapper``::
         optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05),
         paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.0)}))
 
-It is registered in mmengine's ``OPTIM_WRAPPER_CONSTRUCTORS``, which the registries of mmdet
+    optim_wrapper = dict(
+        type='OptimWrapper',
+        constructor='LayerDecayOptimWrapperConstructor',
+        optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05),
+        paramwise_cfg=dict(layer_decay_rate=0.92, flat_decay_mult=0.0))
+
+They are registered in mmengine's ``OPTIM_WRAPPER_CONSTRUCTORS``, which the registries of mmdet
 and mmseg fall back on.
 """
 from __future__ import annotations
 
+import re
+
 from mmengine.optim import DefaultOptimWrapperConstructor
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from torch import nn
+
+from ppma.models.backbone import TimmBackbone
+from ppma.models.skeleton import HierarchicalBackbone
 
 
 def no_weight_decay_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -61,3 +73,68 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         for group in params:
             if any(id(p) in no_decay for p in group["params"]):
                 group["weight_decay"] = 0.0
+
+
+def block_layer_ids(backbone: TimmBackbone) -> tuple[dict[str, int], int]:
+    """Layer id of each parameter of one of our backbones, and the number ``n`` of blocks.
+
+    The stem is layer 0, the ``k``-th block (counted over all stages of a hierarchical model; a
+    stage's downsampler goes with its first block) layer ``k + 1``, everything after the blocks
+    (final or output norms, a dense-prediction adapter, the head) layer ``n + 1``: the layer ids
+    of the BEiT-style constructor the Vim release trains its segmentation models with.
+    """
+    if isinstance(backbone, HierarchicalBackbone):
+        starts, total = [], 0
+        for stage in backbone.stages:
+            starts.append(total)
+            total += len(stage.blocks)
+    else:
+        total = len(backbone.units())
+    ids = {}
+    for name, _ in backbone.named_parameters():
+        if name.startswith("stem."):
+            ids[name] = 0
+        elif m := re.match(r"blocks\.(\d+)\.", name):
+            ids[name] = int(m[1]) + 1
+        elif m := re.match(r"stages\.(\d+)\.(?:blocks\.(\d+)|downsample)\.", name):
+            ids[name] = starts[int(m[1])] + int(m[2] or 0) + 1
+        else:
+            ids[name] = total + 1
+    return ids, total
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class LayerDecayOptimWrapperConstructor(NoDecayOptimWrapperConstructor):
+    """:class:`NoDecayOptimWrapperConstructor`, then layer-wise learning-rate decay.
+
+    ``paramwise_cfg['layer_decay_rate']`` (``0 < rate <= 1``, required): every parameter of one
+    of our backbones (a :class:`~ppma.models.backbone.TimmBackbone` anywhere in the model, e.g.
+    ``backbone.model``) in layer ``i`` of :func:`block_layer_ids` gets its lr (after
+    ``paramwise_cfg``'s multipliers) times ``rate ** (n + 1 - i)``: the stem ``rate ** (n + 1)``,
+    the last block ``rate``, what follows the blocks and everything outside the backbone (necks,
+    heads) 1. The rest of ``paramwise_cfg`` works as in the parent.
+    """
+
+    def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg: dict | None = None):
+        paramwise_cfg = dict(paramwise_cfg or {})
+        rate = paramwise_cfg.pop("layer_decay_rate", None)
+        if not isinstance(rate, (int, float)) or not 0 < rate <= 1:
+            raise ValueError(f"paramwise_cfg['layer_decay_rate'] must be a number in (0, 1], got {rate!r}")
+        self.layer_decay_rate = float(rate)
+        super().__init__(optim_wrapper_cfg, paramwise_cfg or None)
+
+    def add_params(self, params: list[dict], module: nn.Module, prefix: str = "", is_dcn_module=None) -> None:
+        super().add_params(params, module, prefix, is_dcn_module)
+        if prefix:  # a recursive call: the top-level one finishes
+            return
+        scales = {}
+        backbones = [m for m in module.modules() if isinstance(m, TimmBackbone)]
+        if not backbones:
+            raise ValueError(f"{type(self).__name__}: the model has no backbone of this package to decay layer-wise")
+        for backbone in backbones:
+            ids, num_blocks = block_layer_ids(backbone)
+            for name, param in backbone.named_parameters():
+                scales[id(param)] = self.layer_decay_rate ** (num_blocks + 1 - ids[name])
+        for group in params:
+            scale = scales.get(id(group["params"][0]), 1.0)
+            group["lr"] = group.get("lr", self.base_lr) * scale

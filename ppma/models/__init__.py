@@ -1,6 +1,8 @@
 """The skeletons and the model families; importing registers the timm presets."""
 from . import ppma
 from . import mila
+from . import vim
+from . import vmamba
 from .backbone import TimmBackbone, take_indices
 from .checkpoint import model_state_dict, read_checkpoint
 from .plain import PlainBackbone

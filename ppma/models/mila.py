@@ -17,14 +17,15 @@ from functools import partial
 from typing import Sequence
 
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import trunc_normal_
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from ppma.layers.mila import MILABlock, MILADownsample, MILAHead, MILAStem, MILAttention
+from ppma.layers import NormPoolHead
+from ppma.layers.mila import MILABlock, MILADownsample, MILAStem, MILAttention
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .registration import build_preset, imagenet_cfg
 from .skeleton import HierarchicalBackbone, dense_defaults
 
 __all__ = ["MILA", "checkpoint_filter_fn", "checkpoint_model_kwargs", "PRESETS"]
@@ -70,7 +71,7 @@ class MILA(HierarchicalBackbone):
             drop_path_rate=drop_path_rate,
             output_norms=output_norms,
             with_head=with_head,
-            head_layer=MILAHead,
+            head_layer=NormPoolHead,
             block_layer=MILABlock,
             stem_layer=MILAStem,
             downsample_layer=MILADownsample,
@@ -182,31 +183,10 @@ PRESETS = {
 
 def _create_mila(variant: str, pretrained: bool = False, **kwargs) -> MILA:
     kwargs = dense_defaults({**PRESETS[variant], **kwargs})
-    return build_model_with_cfg(
-        MILA,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter"),
-        **kwargs,
-    )
+    return build_preset(MILA, variant, pretrained, checkpoint_filter_fn, **kwargs)
 
 
-def _cfg(url: str = "", **kwargs) -> dict:
-    return {
-        "url": url,
-        "num_classes": 1000,
-        "input_size": (3, 224, 224),
-        "pool_size": (7, 7),
-        "crop_pct": 0.875,
-        "interpolation": "bicubic",
-        "mean": IMAGENET_DEFAULT_MEAN,
-        "std": IMAGENET_DEFAULT_STD,
-        "first_conv": "stem.conv1.conv",
-        "classifier": "head.fc",
-        "paper_ids": "arXiv:2405.16605",
-        **kwargs,
-    }
+_cfg = partial(imagenet_cfg, first_conv="stem.conv1.conv", paper_ids="arXiv:2405.16605")
 
 
 _TSINGHUA = "https://cloud.tsinghua.edu.cn/f"

@@ -1,13 +1,15 @@
 """The plain (non-hierarchical) backbone: patch stem -> blocks over one token sequence -> head.
 
 The sibling of :class:`~ppma.models.HierarchicalBackbone` for ViT-like families (Vim): one
-resolution, a token sequence ``(B, N, C)`` with an optional class token first, features tapped
-after chosen blocks. The mixer factory ``mixer(dim) -> nn.Module`` must declare
+resolution, a token sequence ``(B, N, C)`` with an optional class token (first, or in the middle
+of the sequence as in Vim), features tapped after chosen blocks. The mixer factory
+``mixer(dim) -> nn.Module`` must declare
 ``token_layout = SEQUENCE`` (:mod:`ppma.layers.layout`). The timm API is
 :class:`~ppma.models.backbone.TimmBackbone`'s.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -28,6 +30,9 @@ class PlainBackbone(TimmBackbone):
         embed_dim, depth, mlp_ratio: width, number of blocks, MLP ratio of the default block.
         patch_size, img_size: patch size, and the image size the position embedding is learned
             for (other sizes resample it).
+        patch_stride: stride of the patches (default ``patch_size``; smaller: overlapping).
+        class_token_position: ``'first'`` or ``'middle'`` (see :class:`~ppma.layers.PatchStem`);
+            ``forward_features`` returns the class token first in both cases.
         in_chans, num_classes: input channels and classes (0: no classifier).
         class_token, pos_embed: prepend a class token; add a learned absolute position embedding.
         global_pool: ``'token'`` (class token), ``'avg'`` (mean of the patch tokens) or ``''``.
@@ -35,11 +40,13 @@ class PlainBackbone(TimmBackbone):
         taps: the blocks whose outputs are the features (``feature_info``, ``forward_intermediates``);
             default all.
         block_layer: ``block_layer(dim=, mixer=, mlp_ratio=, drop_path=, **block_kwargs)`` on
-            ``(B, N, C)``.
+            ``(B, N, C)`` (e.g. Vim's block: no MLP, ``mlp_ratio=0``, an fp32 residual stream).
+        norm_layer: the final norm, ``norm_layer(embed_dim)`` (default LayerNorm, eps 1e-6).
         with_head: build the classification head (False: a pure backbone).
 
-    Input ``(B, in_chans, H, W)``, H, W >= ``patch_size``; ``h, w = H // patch_size, W // patch_size``.
-    ``forward_features``: normed tokens ``(B, num_prefix_tokens + h*w, embed_dim)``;
+    Input ``(B, in_chans, H, W)``, H, W >= ``patch_size``; ``h, w = (H - patch_size) // patch_stride + 1``,
+    same for ``w``. ``forward_features``: normed tokens ``(B, num_prefix_tokens + h*w, embed_dim)``,
+    class token first;
     intermediates: the patch tokens of a tap as ``(B, embed_dim, h, w)`` maps (``'NHWC'``:
     channels-last), normed by the final norm if ``norm=True``.
     """
@@ -62,6 +69,9 @@ class PlainBackbone(TimmBackbone):
         block_layer: Callable[..., nn.Module] = SequenceBlock,
         block_kwargs: Mapping[str, Any] | None = None,
         with_head: bool = True,
+        patch_stride: int | None = None,
+        class_token_position: str = "first",
+        norm_layer: Callable[[int], nn.Module] = partial(nn.LayerNorm, eps=1e-6),
     ):
         super().__init__()
         if global_pool == "token" and not class_token:
@@ -71,11 +81,13 @@ class PlainBackbone(TimmBackbone):
         self.input_layout = GRID_2D
         self.min_input_size = patch_size
         self.patch_size = patch_size
+        self.patch_stride = patch_stride or patch_size
         self.num_prefix_tokens = int(class_token)
         self.num_features = self.head_hidden_size = embed_dim
         self.grad_checkpointing = False
 
-        self.stem = PatchStem(in_chans, embed_dim, patch_size, img_size, class_token, pos_embed)
+        self.stem = PatchStem(in_chans, embed_dim, patch_size, img_size, class_token, pos_embed,
+                              self.patch_stride, class_token_position)
         dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         blocks = []
         for i in range(depth):
@@ -84,9 +96,10 @@ class PlainBackbone(TimmBackbone):
             blocks.append(block_layer(dim=embed_dim, mixer=mix, mlp_ratio=mlp_ratio, drop_path=dpr[i],
                                       **(block_kwargs or {})))
         self.blocks = nn.Sequential(*blocks)
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.norm = norm_layer(embed_dim)
         self.tap_units = take_indices(depth, taps)[0] if taps is not None else list(range(depth))
-        self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{i}") for i in self.tap_units]
+        self.feature_info = [dict(num_chs=embed_dim, reduction=self.patch_stride, module=f"blocks.{i}")
+                             for i in self.tap_units]
         self.head = TokenPoolHead(embed_dim, num_classes, self.num_prefix_tokens, global_pool) if with_head else None
 
     # --- TimmBackbone hooks ---------------------------------------------------------------
@@ -94,17 +107,16 @@ class PlainBackbone(TimmBackbone):
         return self.blocks
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
-        grid = (x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size)
-        return self.stem(x), grid
+        return self.stem(x), self.stem.grid(x.shape[-2], x.shape[-1])
 
     def _intermediate(self, tap: int, x: torch.Tensor, grid: tuple, norm: bool, output_fmt: str) -> torch.Tensor:
         if norm:
             x = self.norm(x)
-        x = x[:, self.num_prefix_tokens :].unflatten(1, grid)  # (B, h, w, C)
+        x = self.stem.patch_tokens(x).unflatten(1, grid)  # (B, h, w, C)
         return x.permute(0, 3, 1, 2).contiguous() if output_fmt == "NCHW" else x
 
     def _features(self, x: torch.Tensor, grid: tuple) -> torch.Tensor:
-        return self.norm(x)
+        return self.stem.class_token_first(self.norm(x))
 
     def _prune(self, num_units: int, taps: list[int], prune_norm: bool) -> None:
         self.blocks = self.blocks[:num_units]

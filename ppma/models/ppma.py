@@ -17,16 +17,14 @@ from functools import partial
 from typing import Sequence
 
 import torch
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import trunc_normal_
-from timm.models import (
-    build_model_with_cfg, generate_default_cfgs, register_model, register_notrace_module, resolve_pretrained_cfg,
-)
+from timm.models import generate_default_cfgs, register_model, register_notrace_module, resolve_pretrained_cfg
 from torch import nn
 
 from ppma.layers import KINDS, PolylineAttention, ProjectionHead
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .registration import build_preset, imagenet_cfg
 from .skeleton import HierarchicalBackbone, dense_defaults, per_stage
 
 __all__ = ["PPMA", "checkpoint_filter_fn", "PRESETS"]
@@ -253,14 +251,7 @@ def _create_ppma(variant: str, pretrained: bool = False, **kwargs) -> PPMA:
     if clip_size:
         frame_size = (clip_size[0], *clip_size[2:])
         kwargs["pretrained_cfg_overlay"] = {**(kwargs.get("pretrained_cfg_overlay") or {}), "input_size": frame_size}
-    model = build_model_with_cfg(
-        PPMA,
-        variant,
-        pretrained,
-        pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter"),
-        **kwargs,
-    )
+    model = build_preset(PPMA, variant, pretrained, checkpoint_filter_fn, **kwargs)
     if clip_size:
         for m in {model, getattr(model, "model", model)}:
             m.pretrained_cfg = m.default_cfg = {**m.pretrained_cfg, "input_size": clip_size}
@@ -270,22 +261,7 @@ def _create_ppma(variant: str, pretrained: bool = False, **kwargs) -> PPMA:
 _HF = "https://huggingface.co/ZhongchenZhao/PPMA/resolve/main/checkpoints/classification"
 
 
-def _cfg(url: str = "", **kwargs) -> dict:
-    return {
-        "url": url,
-        "num_classes": 1000,
-        "input_size": (3, 224, 224),
-        "pool_size": (7, 7),
-        "crop_pct": 0.875,
-        "interpolation": "bicubic",
-        "mean": IMAGENET_DEFAULT_MEAN,
-        "std": IMAGENET_DEFAULT_STD,
-        "first_conv": "stem.conv1",
-        "classifier": "head.fc",
-        "license": "apache-2.0",
-        "paper_ids": "arXiv:2506.15940",
-        **kwargs,
-    }
+_cfg = partial(imagenet_cfg, first_conv="stem.conv1", paper_ids="arXiv:2506.15940", license="apache-2.0")
 
 
 default_cfgs = generate_default_cfgs({

@@ -8,6 +8,7 @@ name, so ``ppma.ops.polyline_scan`` is the function; import a folder's members b
 from ._checks import ORDERS
 from .cross_scan import cross_merge, cross_scan
 from .polyline_attention import polyline_attention, polyline_attention_reference
+from .polyline_linear_attention import polyline_linear_attention
 from .polyline_mask import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
 from .polyline_scan import decay_scan_1d, polyline_scan, polyline_scan_reference
 from .registry import backend_report, registered_ops, select_backend
@@ -22,6 +23,7 @@ __all__ = [
     "log_mask_1d",
     "polyline_attention",
     "polyline_attention_reference",
+    "polyline_linear_attention",
     "polyline_log_mask",
     "polyline_mask",
     "polyline_mask_1d",

@@ -11,7 +11,8 @@ from mmengine.registry import MODELS, init_default_scope  # noqa: E402
 from ppma.mm import PyramidBackbone  # noqa: E402
 
 CONFIG_ROOT = Path(__file__).resolve().parents[2] / "mm_configs"
-CONFIGS = sorted(p for p in CONFIG_ROOT.rglob("*.py") if "_base_" not in p.parts)
+# detection and segmentation; the classification configs are tests/mm/test_classification.py's
+CONFIGS = sorted(p for p in CONFIG_ROOT.rglob("*.py") if not {"_base_", "classification"} & set(p.parts))
 
 
 def test_the_recipes_exist():
@@ -40,5 +41,8 @@ def test_config_builds(path):
     else:
         assert list(cfg.model.decode_head.in_channels) == channels
         assert cfg.model.auxiliary_head.in_channels == channels[2]
+    if cfg.optim_wrapper.constructor == "LayerDecayOptimWrapperConstructor":  # Vim: layer-wise lr decay, as released
+        assert cfg.optim_wrapper.paramwise_cfg.flat_decay_mult == 0.0  # no decay on 1-D parameters (norms, biases)
+        return
     assert cfg.optim_wrapper.constructor == "NoDecayOptimWrapperConstructor"  # asks no_weight_decay()
     assert dict(cfg.optim_wrapper.paramwise_cfg.custom_keys) == {"norm": dict(decay_mult=0.0)}

@@ -80,3 +80,56 @@ def test_any_submodule_may_declare_and_bad_names_are_errors():
     with pytest.raises(ValueError, match="'shift', which is not one of its parameters"):
         build_optim_wrapper(nn.Sequential(Scaled(bad=True)),
                             dict(constructor=NAME, optimizer=dict(type="SGD", lr=0.1, weight_decay=0.01)))
+
+
+LAYER_DECAY = "LayerDecayOptimWrapperConstructor"
+
+
+def with_head(features_model):
+    """An mm-like model: ``backbone.model`` (our timm backbone) and a head outside it."""
+    model = nn.Module()
+    model.backbone = nn.Module()
+    model.backbone.model = features_model.model
+    model.head = nn.Linear(3, 3)
+    return model
+
+
+def test_layer_decay_over_the_blocks_of_a_plain_model():
+    import timm
+
+    model = with_head(timm.create_model("test_vim", features_only=True))  # 4 blocks
+    cfg = dict(constructor=LAYER_DECAY, optimizer=dict(type="AdamW", lr=1.0, weight_decay=0.05),
+               paramwise_cfg=dict(layer_decay_rate=0.5, flat_decay_mult=0.0))
+    groups = decay_of(model, build_optim_wrapper(model, cfg))
+    assert groups["backbone.model.stem.proj.weight"] == (0.05, 0.5**5)
+    assert groups["backbone.model.stem.pos_embed"] == (0.0, 0.5**5)  # declared in no_weight_decay()
+    for i in range(4):  # the last block: rate**1, as the release's BEiT-style constructor
+        assert groups[f"backbone.model.blocks.{i}.mixer.in_proj.weight"] == (0.05, 0.5 ** (4 - i))
+        assert groups[f"backbone.model.blocks.{i}.mixer.A_log"] == (0.0, 0.5 ** (4 - i))
+        assert groups[f"backbone.model.blocks.{i}.norm.weight"][0] == 0.0  # flat: no decay
+    assert groups["backbone.model.pyramid.0.weight"] == (0.05, 1.0)  # the adapter (patch 8: a deconv)
+    assert groups["head.weight"] == (0.05, 1.0) and groups["head.bias"] == (0.0, 1.0)
+
+
+def test_layer_decay_counts_blocks_across_stages():
+    import timm
+
+    model = with_head(timm.create_model("test_vim_hier", features_only=True, depths=(1, 2, 1, 1)))  # 5 blocks
+    cfg = dict(constructor=LAYER_DECAY, optimizer=dict(type="SGD", lr=2.0, weight_decay=0.01),
+               paramwise_cfg=dict(layer_decay_rate=0.5, custom_keys={"head": dict(lr_mult=0.1)}))
+    lrs = {n: lr for n, (_, lr) in decay_of(model, build_optim_wrapper(model, cfg)).items()}
+    assert lrs["backbone.model.stem.conv1.weight"] == 2.0 * 0.5**6
+    assert lrs["backbone.model.stages.0.blocks.0.mixer.in_proj.weight"] == 2.0 * 0.5**5
+    assert lrs["backbone.model.stages.1.downsample.conv.weight"] == 2.0 * 0.5**4  # with its first block
+    assert lrs["backbone.model.stages.1.blocks.1.mixer.in_proj.weight"] == 2.0 * 0.5**3
+    assert lrs["backbone.model.stages.3.blocks.0.norm.weight"] == 2.0 * 0.5
+    assert lrs["backbone.model.out_norms.3.weight"] == 2.0
+    assert lrs["head.weight"] == pytest.approx(0.2)  # custom keys first, then the layer scale (1 here)
+
+
+def test_layer_decay_needs_a_rate_and_one_of_our_backbones():
+    cfg = dict(constructor=LAYER_DECAY, optimizer=dict(type="SGD", lr=0.1))
+    with pytest.raises(ValueError, match="layer_decay_rate"):
+        build_optim_wrapper(nn.Linear(2, 2), dict(cfg, paramwise_cfg=dict(layer_decay_rate=1.5)))
+    with pytest.raises(ValueError, match="no backbone of this package"):
+        build_optim_wrapper(nn.Linear(2, 2), dict(cfg, paramwise_cfg=dict(layer_decay_rate=0.9)))

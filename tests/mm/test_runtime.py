@@ -67,11 +67,13 @@ print(ppma.mm.REGISTERED_IN)
 
 
 @pytest.mark.parametrize("missing, registered", [("mmseg", "('mmdet',)"), ("mmdet", "('mmseg',)"),
-                                                 ("mmdet,mmseg", None)])
+                                                 ("mmdet,mmseg", "()"), ("mmdet,mmseg,mmpretrain", None)])
 def test_import_with_one_of_mmdet_mmseg(missing, registered):
     pytest.importorskip("mmseg", reason="mmseg is not installed")
+    if registered == "()":
+        pytest.importorskip("mmpretrain", reason="mmpretrain is not installed")
     result = subprocess.run([sys.executable, "-c", BLOCK_AND_IMPORT, missing], capture_output=True, text=True)
     if registered:
         assert result.returncode == 0 and result.stdout.strip() == registered, result.stderr
     else:
-        assert result.returncode != 0 and "ppma.mm needs mmdet or mmseg" in result.stderr
+        assert result.returncode != 0 and "ppma.mm needs mmdet, mmseg or mmpretrain" in result.stderr, result.stderr

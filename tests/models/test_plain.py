@@ -98,3 +98,22 @@ def test_bad_configs_and_inputs_raise():
         tiny()(torch.randn(1, 3, 7, 32))
     with pytest.raises(ValueError, match="rank-5"):
         tiny()(torch.randn(1, 3, 2, 32, 32))
+
+
+def test_middle_class_token_overlapping_patches_and_norm_layer():
+    torch.manual_seed(0)
+    model = tiny(class_token_position="middle", patch_stride=4, norm_layer=nn.RMSNorm, taps=(-1,)).eval()
+    assert isinstance(model.norm, nn.RMSNorm) and model.stem.pos_embed.shape == (1, 1 + 7 * 7, 16)
+    assert model.feature_info[0]["reduction"] == 4
+    x = torch.randn(1, 3, 40, 59)  # 9 x 13 overlapping patches; the class token at 117 // 2 = 58
+    stream = model.stem(x)
+    for block in model.blocks:
+        stream = block(stream)
+    final, (inter,) = model.forward_intermediates(x)
+    torch.testing.assert_close(final[:, 0], model.norm(stream)[:, 58], msg="seed 0")  # class token first
+    torch.testing.assert_close(final[:, 1:], model.norm(torch.cat([stream[:, :58], stream[:, 59:]], 1)), msg="seed 0")
+    torch.testing.assert_close(inter, torch.cat([stream[:, :58], stream[:, 59:]], 1).reshape(1, 9, 13, 16)
+                               .permute(0, 3, 1, 2), msg="seed 0")
+    torch.testing.assert_close(model(x), model.head.fc(final[:, 0]), msg="seed 0")
+    with pytest.raises(ValueError, match="class_token_position"):
+        tiny(class_token_position="last")

@@ -1,14 +1,19 @@
 """Public :func:`polyline_attention`: the custom op ``ppma::polyline_attention``, registered below
-with its FLOP formula and no kernel yet (a fused kernel registers in ``kernels=[...]``)."""
+with its FLOP formula and its Triton kernels (``ppma.kernels.polyline_attention``: the mask is
+computed per tile, nothing ``N x N`` is stored), the default on CUDA; the reference elsewhere.
+``PPMA_BACKEND`` (or ``backend=``) forces either. The FlexAttention form of the vanilla kind
+(:mod:`.flex`) is a benchmark column, not a backend."""
 from __future__ import annotations
 
 import math
 
 import torch
 
+from ppma.kernels.common.runtime import triton_unavailable_reason
+
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
-from ..registry import register, select_backend
+from ..registry import Impl, Kernel, register, select_backend
 from .reference import FORMS, KINDS, polyline_attention_reference
 
 
@@ -36,12 +41,43 @@ def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
     return v.new_empty(v.shape, dtype=torch.get_autocast_dtype(device_type) if autocast else v.dtype)
 
 
+def _autocast(*tensors):
+    """The tensors in autocast's dtype when it is on for their device (as the reference's products)."""
+    device_type = tensors[-1].device.type
+    if tensors[-1].dtype == torch.float64 or not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) for t in tensors)
+
+
+def _load_triton() -> Impl:
+    from ppma.kernels import polyline_attention as kernels
+
+    kernel = {"vanilla": (kernels.vanilla_attention_fwd, kernels.vanilla_attention_bwd),
+              "criss_cross": (kernels.criss_cross_attention_fwd, kernels.criss_cross_attention_bwd)}
+
+    def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        return kernel[kind][0](*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form)
+
+    def backward(grad, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        grads = kernel[kind][1](*_autocast(grad, q, k, v), log_alpha, log_beta, log_gamma, form)
+        inputs = [t for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+        return [g.to(t.dtype) for g, t in zip(grads, inputs)]
+
+    def backward_fake(grad, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        return [torch.empty_like(t, memory_format=torch.contiguous_format)
+                for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+
+    return Impl(forward, backward, backward_fake)
+
+
 OP = register(
     "polyline_attention",
     arguments="Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, str kind, str form",
     reference=polyline_attention_reference,
     fake=_fake,
     flops=_flops,
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
 )
 
 
@@ -63,7 +99,8 @@ def polyline_attention(
     T, H, W, .)`` and decays ``(B, heads, T, H, W)``. The logits are ``q k^T`` as given.
     ``kind``: ``'vanilla'`` (O(N^2)) or ``'criss_cross'`` (O(N^1.5)); ``form``: ``'official'``
     (mask inside the softmax, the released weights) or ``'paper'``. Differentiable in every
-    tensor. ``backend``: as in :func:`ppma.ops.select_backend` (only ``'torch'`` exists yet).
+    tensor. ``backend``: as in :func:`ppma.ops.select_backend` (``'triton'``: the fused kernels,
+    fp32/fp16/bf16 ``q``, ``k``, ``v``; ``'torch'``: the reference).
     """
     check_choice("kind", kind, KINDS)
     check_choice("form", form, FORMS)

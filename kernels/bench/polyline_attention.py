@@ -1,0 +1,194 @@
+"""Benchmark of the vanilla ``polyline_attention`` per layer: Triton kernel vs PyTorch reference vs
+FlexAttention, with unmasked flash attention (``F.scaled_dot_product_attention``) as the floor.
+
+A script (not installed with ``ppma.kernels``). For every shape (8 heads of 32 channels by
+default) and dtype, forward and forward+backward: median time, peak memory beyond the inputs,
+attention TFLOP/s (``QK^T`` and ``PV``, two FLOPs per multiply-add as flash-attention papers
+count, the backward as 2.5 forwards) and the speed relative to the unmasked SDPA floor. Then the
+recompilation check: the kernels on 20 grid sizes and batch sizes, with the number of compiled
+variants before and after (CUDA only; the interpreter compiles nothing).
+
+    python kernels/bench/polyline_attention.py                  # CUDA, the shapes of the issue
+    python kernels/bench/polyline_attention.py --form paper --kind criss_cross
+    TRITON_INTERPRET=1 python kernels/bench/polyline_attention.py --quick --device cpu
+
+``--quick`` runs reduced shapes (the CPU smoke test: Triton then runs in its interpreter, so its
+CPU times say nothing about GPU speed; FlexAttention has no CPU backward). Whole models:
+``tools/benchmark.py --model``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import platform
+import random
+
+import torch
+import torch.nn.functional as F
+
+from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.timing import median_seconds, peak_memory
+from ppma.ops import polyline_attention, polyline_attention_reference
+from ppma.ops.polyline_attention.flex import polyline_attention_flex
+
+# (B, heads, H, W, head dim): the issue's layer shapes
+FULL_SHAPES = [(64, 8, 14, 14, 32), (1, 8, 32, 32, 32), (1, 8, 64, 64, 32), (1, 8, 80, 80, 32), (1, 8, 128, 128, 32)]
+QUICK_SHAPES = [(1, 2, 7, 9, 16)]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+IMPLS = ("torch", "triton", "flex", "sdpa")
+
+
+def make_inputs(shape, dtype, device, requires_grad):
+    b, heads, hh, ww, d = shape
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, heads, hh, ww, d, generator=gen).to(device, dtype) for _ in range(3))
+    k = k * d**-0.5
+    decays = [(-torch.rand(b, heads, hh, ww, generator=gen) * 0.5).to(device) for _ in range(2)]
+    inputs = [q, k, v, *decays]
+    for t in inputs:
+        t.requires_grad_(requires_grad)
+    return inputs, torch.randn(v.shape, generator=gen).to(device, dtype)
+
+
+@functools.cache
+def compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def attend(impl, kind, form, device):
+    """``fn(q, k, v, log_alpha, log_beta) -> out`` of one implementation (FlexAttention compiled
+    on CUDA, eager on the CPU)."""
+    if impl == "torch":
+        return lambda *ts: polyline_attention_reference(*ts, kind=kind, form=form)
+    if impl == "triton":
+        return lambda *ts: polyline_attention(*ts, kind=kind, form=form, backend="triton")
+    if impl == "flex":
+        options = {"attend": compiled_flex()} if device.type == "cuda" else {}
+        return lambda *ts: polyline_attention_flex(*ts, form=form, **options)
+
+    def sdpa(q, k, v, *_):  # the unmasked floor, same logits (scale 1: k is pre-scaled)
+        out = F.scaled_dot_product_attention(q.flatten(2, -2), k.flatten(2, -2), v.flatten(2, -2), scale=1.0)
+        return out.unflatten(2, q.shape[2:-1])
+
+    return sdpa
+
+
+def attention_flops(shape, backward):
+    """``QK^T`` and ``PV`` at two FLOPs per multiply-add; forward+backward counts 3.5 forwards."""
+    b, heads, hh, ww, d = shape
+    forward = 4 * b * heads * (hh * ww) ** 2 * d
+    return forward * (3.5 if backward else 1.0)
+
+
+def skip_reason(impl, shape, device, backward, kind, mem_limit):
+    n = shape[2] * shape[3]
+    if impl == "torch" and 3 * shape[0] * shape[1] * n * n * 4 * (3 if backward else 1) > mem_limit:
+        return "skipped: dense masks exceed the memory limit"
+    if impl == "triton" and triton_unavailable_reason(device) is not None:
+        return "skipped: Triton unavailable (CPU needs TRITON_INTERPRET=1)"
+    if impl == "flex" and (kind != "vanilla" or (backward and device.type == "cpu")):
+        return "n/a: vanilla kind only; no CPU backward"
+    if impl == "sdpa" and kind != "vanilla":
+        return "n/a: vanilla kind only"
+    return None
+
+
+def run_case(impl, shape, dtype, device, backward, kind, form, warmup, repeat, mem_limit):
+    """One table row as a dict (``time_ms`` absent with a ``note`` when skipped)."""
+    reason = skip_reason(impl, shape, device, backward, kind, mem_limit)
+    if reason:
+        return {"note": reason}
+    inputs, grad = make_inputs(shape, dtype, device, backward)
+    fn = attend(impl, kind, form, device)
+    if backward:
+        def step():
+            torch.autograd.grad(fn(*inputs), inputs[:3] if impl in ("sdpa", "flex") else inputs, grad)
+    else:
+        def step():
+            with torch.no_grad():
+                fn(*inputs)
+    try:
+        seconds = median_seconds(step, device, warmup, repeat)
+        peak = peak_memory(step, device)
+    except torch.OutOfMemoryError:
+        return {"note": "out of memory"}
+    return {"time_ms": seconds * 1e3, "peak": peak, "tflops": attention_flops(shape, backward) / seconds / 1e12}
+
+
+def count_variants(kernels, device) -> int:
+    """Compiled variants of the Triton kernels on ``device`` (their JIT caches)."""
+    return sum(len(k.device_caches[device.index or 0][0]) for k in kernels)
+
+
+def recompilation_check(device, dtype, kind, form, sizes=20):
+    """Run forward and backward on ``sizes`` random grids and batch sizes (a detection loader's
+    variety); returns ``(variants after the first size, variants after all)``."""
+    from ppma.kernels.polyline_attention import line, vanilla
+
+    kernels = (vanilla._fwd_kernel, vanilla._bwd_kernel, line._line_fwd_kernel, line._line_bwd_kernel)
+    rng = random.Random(0)
+    counts = []
+    for i in range(sizes):
+        shape = (rng.randint(1, 4), 8, rng.randint(10, 64), rng.randint(10, 64), 32)
+        inputs, grad = make_inputs(shape, dtype, device, True)
+        out = polyline_attention(*inputs, kind=kind, form=form, backend="triton")
+        torch.autograd.grad(out, inputs, grad)
+        if i == 0:
+            counts.append(count_variants(kernels, device))
+    counts.append(count_variants(kernels, device))
+    return counts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="reduced shapes and repeats (CPU smoke test)")
+    parser.add_argument("--kind", choices=("vanilla", "criss_cross"), default="vanilla")
+    parser.add_argument("--form", choices=("official", "paper"), default="official")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16"])
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (median)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    repeat = args.repeat or (2 if args.quick else 20)
+    warmup = 1 if args.quick else 3
+    if device.type == "cuda":
+        mem_limit = torch.cuda.mem_get_info(device)[0] // 2
+        name = torch.cuda.get_device_name(device)
+    else:
+        mem_limit = 4 << 30
+        name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
+    print(f"# polyline_attention benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
+    print(f"# kind={args.kind!r} form={args.form!r}; median of {repeat} runs; TFLOP/s: QK^T and PV only\n")
+    print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for shape in shapes:
+        for dname in args.dtypes:
+            for backward in (False, True):
+                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, args.kind, args.form, warmup,
+                                       repeat, mem_limit) for impl in args.impls}
+                ref_ms = rows.get("torch", {}).get("time_ms")
+                floor_ms = rows.get("sdpa", {}).get("time_ms")
+                for impl, row in rows.items():
+                    head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
+                    if "time_ms" not in row:
+                        print(f"{head} {row['note']} | | | | |")
+                        continue
+                    vs_ref = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
+                    vs_floor = f"{floor_ms / row['time_ms']:.3g}x" if floor_ms else "n/a"
+                    print(f"{head} {row['time_ms']:.4g} | {row['peak'] / 2**20:.1f} | {row['tflops']:.3g} |"
+                          f" {vs_ref} | {vs_floor} |")
+    if device.type == "cuda":
+        first, last = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
+        print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all"
+              f" ({'no recompilation' if first == last else 'RECOMPILED'})")
+    else:
+        print("\n# recompilation check: CUDA only (the interpreter compiles nothing)")
+
+
+if __name__ == "__main__":
+    main()

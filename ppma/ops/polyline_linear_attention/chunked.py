@@ -1,0 +1,185 @@
+"""Linear polyline attention without the per-token ``d x dv`` state of the whole grid.
+
+The scan of :mod:`.reference` is linear and acts on every channel alone, and channel ``(i, j)``
+of the state is ``k_i v'_j`` with ``v' = [v, 1]`` (the last column gives the denominator). So
+
+    num'_n = sum_i q_i(n) [L2D (k_i v')]_n,     out = num'[:dv] / (num'[dv] + eps)
+
+is accumulated over chunks of key features ``i`` (and of ``B * heads``): each chunk forms its
+``c * (dv + 1)`` state channels, scans them and contracts them with ``q`` at once. Scans
+(``scan``): ``'blocked'``, the plain-PyTorch :mod:`.blocked_scan` (decay factors built once per
+row chunk); ``'triton'``, the Triton kernel of :func:`ppma.ops.polyline_scan`. At most
+:data:`CHUNK_ELEMENTS` state elements exist at a time; forward and backward keep nothing per
+chunk. The backward recomputes each
+chunk's scan and backpropagates through it (``dq_i = gnum' . y_i``, ``dk_i = dx_i . v'``,
+``dv' = sum_i dx_i k_i``, decay gradients summed over chunks), with
+``gnum' = [g / (den + eps), -(g . out) / (den + eps)]`` for the output gradient ``g``. State and
+sums are fp32 (fp64 for fp64 inputs) whatever the input dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..polyline_attention.reference import _at_least_fp32
+from .blocked_scan import FACTORS_PER_AXIS, path_scans, scan_factors
+
+# Most state elements one chunk forms (fp32: 16 MB); the scan's temporaries are a few times that.
+CHUNK_ELEMENTS = 2**22
+
+
+def _chunks(bh: int, n: int, d: int, dv1: int, budget: int):
+    """``(rows, [features, ...])``: slices of ``B * heads`` and, per row slice, of the ``d`` key
+    features, with at most ``budget`` state elements a chunk (one feature of one row at least)."""
+    per_feature = n * dv1
+    width = max(1, min(d, budget // per_feature))
+    rows = max(1, min(bh, budget // (per_feature * d))) if width == d else 1
+    features = [slice(i, i + width) for i in range(0, d, width)]
+    return [(slice(r, r + rows), features) for r in range(0, bh, rows)]
+
+
+def _state(k: torch.Tensor, vp: torch.Tensor, rows: slice, features: slice) -> torch.Tensor:
+    """State channels ``k_i v'`` of one chunk: ``(rows, *grid, c * (dv + 1))``."""
+    return (k[rows, ..., features, None] * vp[rows, ..., None, :]).flatten(-2)
+
+
+def _factors(scan: str, decays) -> list[torch.Tensor]:
+    """What the scans of one row chunk need from its decays ``(log_alpha, log_beta, log_gamma or
+    None)``: the decays themselves (Triton), or the blocked scan's factors (flat list)."""
+    if scan == "triton":
+        return _present(decays)
+    return sum(scan_factors(*decays), [])
+
+
+def _kernel_args(x: torch.Tensor, factors: list[torch.Tensor]):
+    """Arguments of the Triton scan (``order='both'``) for ``x`` ``(rows, *grid, C)``."""
+    decays = [f.unsqueeze(1) for f in factors] + [None] * (3 - len(factors))
+    return x.unsqueeze(1), decays[0], decays[1], "both", decays[2]
+
+
+def _paths(scan: str, x: torch.Tensor, factors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Tensors that sum to ``L2D x`` for ``x`` ``(rows, *grid, C)``."""
+    if scan == "triton":
+        from ppma.kernels import polyline_scan as kernel
+
+        return [kernel.forward(*_kernel_args(x, factors)).squeeze(1)]
+    return path_scans(x, [factors[i : i + FACTORS_PER_AXIS] for i in range(0, len(factors), FACTORS_PER_AXIS)])
+
+
+def _paths_vjp(scan: str, x: torch.Tensor, factors: list[torch.Tensor], grad: torch.Tensor):
+    """``(paths, dx, dfactors)``: :func:`_paths` and its gradients for ``grad`` on their sum."""
+    if scan == "triton":
+        from ppma.kernels import polyline_scan as kernel
+
+        args = _kernel_args(x, factors)
+        dx, *dfactors = kernel.backward(grad.unsqueeze(1), *args)
+        return [kernel.forward(*args).squeeze(1)], dx.squeeze(1), [d.squeeze(1) for d in dfactors]
+    x = x.detach().requires_grad_()
+    leaves = [f.detach().requires_grad_() for f in factors]
+    with torch.enable_grad():
+        paths = _paths(scan, x, leaves)
+    dx, *dfactors = torch.autograd.grad(paths, [x, *leaves], [grad] * len(paths), allow_unused=True)
+    # single-block lines use their mask only
+    dfactors = [torch.zeros_like(f) if d is None else d for f, d in zip(factors, dfactors)]
+    return [p.detach() for p in paths], dx, dfactors
+
+
+def _contract(a: torch.Tensor, y: torch.Tensor, transposed: bool = False) -> torch.Tensor:
+    """Per token, ``a (c) . y (c x dv')`` -> ``(dv')``, or with ``transposed``, ``y (c x dv') .
+    a (dv')`` -> ``(c)``; ``y`` is ``(..., c * dv')`` as the scans give it."""
+    if transposed:
+        return (y.unflatten(-1, (-1, a.shape[-1])) @ a.unsqueeze(-1)).squeeze(-1)
+    return (a.unsqueeze(-2) @ y.unflatten(-1, (a.shape[-1], -1))).squeeze(-2)
+
+
+def _with_ones(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``v' = [v, 1]`` in ``dtype``."""
+    return torch.cat([v.to(dtype), v.new_ones(v.shape[:-1] + (1,), dtype=dtype)], dim=-1)
+
+
+def _present(tensors):
+    return [t for t in tensors if t is not None]
+
+
+class _ChunkedLinearAttention(torch.autograd.Function):
+    """``(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan) -> (out, num')`` on ``(B * heads,
+    *grid, .)`` tensors; ``num'`` (``(..., dv + 1)``, not differentiable) is kept for the
+    backward. ``setup_context`` style, so ``torch.func.vjp`` (the registry's torch backward) can
+    run it."""
+
+    @staticmethod
+    def forward(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan):
+        acc = _at_least_fp32(v).dtype
+        vp, k, q = _with_ones(v, acc), k.to(acc), q.to(acc)
+        dv1 = vp.shape[-1]
+        num = vp.new_zeros(vp.shape)
+        for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, budget):
+            factors = _factors(scan, [None if t is None else t[rows] for t in (log_alpha, log_beta, log_gamma)])
+            for features in feature_chunks:
+                for y in _paths(scan, _state(k, vp, rows, features), factors):
+                    num[rows] += _contract(q[rows, ..., features], y)
+        return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype), num
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, log_alpha, log_beta, log_gamma, ctx.eps, ctx.budget, ctx.scan = inputs
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(q, k, v, log_alpha, log_beta, log_gamma, output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        q_in, k_in, v_in, log_alpha, log_beta, log_gamma, num = ctx.saved_tensors
+        acc, dv1 = num.dtype, num.shape[-1]
+        vp, k, q = _with_ones(v_in, acc), k_in.to(acc), q_in.to(acc)
+        r = 1.0 / (num[..., -1:] + ctx.eps)
+        g = grad.to(acc) * r
+        gnum = torch.cat([g, -(g * num[..., :-1] * r).sum(-1, keepdim=True)], dim=-1)
+        dq, dk, dvp = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(vp)
+        ddecays = [None if t is None else torch.zeros_like(t) for t in (log_alpha, log_beta, log_gamma)]
+        for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, ctx.budget):
+            decays = [None if t is None else t[rows].detach().requires_grad_()
+                      for t in (log_alpha, log_beta, log_gamma)]
+            with torch.enable_grad():
+                factors = _factors(ctx.scan, decays)
+            dfactors = [torch.zeros_like(f) for f in factors]
+            for features in feature_chunks:
+                gy = (q[rows, ..., features, None] * gnum[rows, ..., None, :]).flatten(-2)
+                paths, dx, df = _paths_vjp(ctx.scan, _state(k, vp, rows, features), factors, gy)
+                dx = dx.unflatten(-1, (-1, dv1))
+                dq[rows, ..., features] = sum(_contract(gnum[rows], y, transposed=True) for y in paths)
+                dk[rows, ..., features] = (dx * vp[rows, ..., None, :]).sum(-1)
+                dvp[rows] += (dx * k[rows, ..., features, None]).sum(-2)
+                for total, part in zip(dfactors, df):
+                    total += part
+            if ctx.scan == "triton":  # the factors are the decays
+                parts = dfactors
+            else:
+                parts = torch.autograd.grad(factors, _present(decays), dfactors)
+            for total, part in zip(_present(ddecays), parts):
+                total[rows] += part
+        grads = (dq.to(q_in.dtype), dk.to(k_in.dtype), dvp[..., :-1].to(v_in.dtype))
+        return (*grads, *ddecays, None, None, None)
+
+
+def polyline_linear_attention_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    log_gamma: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    budget: int = CHUNK_ELEMENTS,
+    scan: str = "blocked",
+) -> torch.Tensor:
+    """Same contract as :func:`~.reference.polyline_linear_attention_reference`; at most
+    ``budget`` state elements at a time (one key feature of one ``(batch, head)`` at least);
+    ``scan``: ``'blocked'`` (PyTorch) or ``'triton'`` (:func:`ppma.ops.polyline_scan`'s kernel)."""
+
+    def rows(t):  # (B, heads, *grid[, C]) -> (B * heads, *grid[, C])
+        return None if t is None else t.flatten(0, 1)
+
+    with torch.autocast(q.device.type, enabled=False):  # state and sums stay fp32 under autocast
+        out, _ = _ChunkedLinearAttention.apply(
+            rows(q), rows(k), rows(v), rows(log_alpha), rows(log_beta), rows(log_gamma), eps, budget, scan
+        )
+    return out.unflatten(0, v.shape[:2])

@@ -1,0 +1,93 @@
+"""Public :func:`polyline_linear_attention`: the custom op ``ppma::polyline_linear_attention``,
+registered below with its FLOP formula.
+
+Both backends run the chunked path (:mod:`.chunked`), which never holds the whole grid's
+``d x dv`` state: ``'torch'`` with the blocked PyTorch scan, ``'triton'`` with
+:func:`ppma.ops.polyline_scan`'s Triton kernel for the scans of every chunk. Gradients of
+both are those of the chunked path's own backward (per chunk, recomputed). :mod:`.reference`,
+which forms every token's state at once, is the oracle of the tests.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from ppma.kernels.common.runtime import triton_unavailable_reason
+
+from .._checks import check_decays, check_grid_tensor
+from .._custom_op import reference_backward
+from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
+from ..registry import Impl, Kernel, register, select_backend
+from .chunked import polyline_linear_attention_chunked
+
+ARGUMENTS = "Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, float eps"
+
+
+def _flops(q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """``{'scan': polyline_scan over the d*dv + d state channels, 'state': k (x) v,
+    'contraction': q against the state (numerator and denominator), 'normalization': + eps and
+    the division}``; ``N`` tokens per ``(B, head)``, ``d``/``dv`` channels of ``q``/``v``."""
+    tokens, d, dv, axes = math.prod(q[:-1]), q[-1], v[-1], len(q) - 3
+    return {
+        "scan": tokens * (d * dv + d) * axes * 2 * FLOPS_PER_ELEMENT_AXIS_ORDER,
+        "state": tokens * d * dv,
+        "contraction": tokens * d * (dv + 1),
+        "normalization": tokens * (dv + 1),
+    }
+
+
+def _backward_fake(grad, q, k, v, log_alpha, log_beta, log_gamma, eps):
+    return [torch.empty_like(t) for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+
+
+def _load_triton() -> Impl:
+    forward = functools.partial(polyline_linear_attention_chunked, scan="triton")
+    backward = functools.partial(reference_backward, "polyline_linear_attention", ARGUMENTS, forward)
+    return Impl(forward, backward, _backward_fake)
+
+
+OP = register(
+    "polyline_linear_attention",
+    arguments=ARGUMENTS,
+    reference=polyline_linear_attention_chunked,
+    fake=lambda q, k, v, *rest: torch.empty_like(v),
+    flops=_flops,
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+)
+
+
+def polyline_linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_beta: torch.Tensor,
+    log_gamma: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Linear attention masked by the polyline path mask, O(N) (see :mod:`.reference`)::
+
+        out_n = q_n^T (L2D (k (x) v))_n / (q_n . (L2D k)_n + eps)
+
+    Shapes: ``q``, ``k`` ``(B, heads, H, W, d)``, non-negative features (apply the feature map,
+    e.g. ``elu + 1``, first); ``v`` ``(B, heads, H, W, dv)``; decays ``(B, heads, H, W)`` ->
+    ``(B, heads, H, W, dv)`` in ``v``'s dtype; 3-D grids with ``log_gamma``: ``(B, heads, T, H, W,
+    .)`` and decays ``(B, heads, T, H, W)``. State and sums in fp32 (fp64 for fp64 inputs).
+    Memory O(N (d + dv)) plus a bounded chunk of the state. Differentiable in every tensor.
+    ``backend``: ``'torch'``, ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto;
+    see :func:`ppma.ops.select_backend`).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_grid_tensor(name, t, log_alpha, log_gamma)
+    if k.shape != q.shape:
+        raise ValueError(f"k has shape {tuple(k.shape)} but q has {tuple(q.shape)}")
+    if v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"v has grid {tuple(v.shape[:-1])} but q has {tuple(q.shape[:-1])}")
+    check_decays(log_alpha, log_beta, log_gamma, grid_shape=q.shape[:-1], x_name="q")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    chosen = select_backend("polyline_linear_attention", q.device, backend)
+    return OP(q, k, v, log_alpha, log_beta, log_gamma, float(eps), backend=chosen)

@@ -1,0 +1,222 @@
+"""Triton ``polyline_attention`` against the PyTorch reference: values, every gradient, dispatch.
+
+CI runs these on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``), whose cost grows
+with programs x tiles, so grids stay small and tiles are 16 tokens (several tiles and a partial
+last one per grid). The kernels run through the public op with ``backend='triton'`` (the custom
+op ``ppma::polyline_attention``, whose backward is the kernels' backward). The last test compiles
+the kernels for an H100 (sm_90) without a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import timm
+import torch
+
+pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
+
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
+    pytest.skip(
+        "Triton kernels need a CUDA device or TRITON_INTERPRET=1 (CPU interpreter)", allow_module_level=True
+    )
+
+from ppma.ops import polyline_attention, polyline_attention_reference  # noqa: E402
+from ppma.ops.registry import get_op, implementation  # noqa: E402
+from ppma.ops.polyline_attention.flex import polyline_attention_flex  # noqa: E402
+
+attention_triton = functools.partial(polyline_attention, backend="triton")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+NAMES = ("out", "dq", "dk", "dv", "dlog_alpha", "dlog_beta", "dlog_gamma")
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Max abs error over the max abs value of ``b``."""
+    return ((a.double().cpu() - b.double().cpu()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+
+
+def make_inputs(grid, dtype, batch=1, heads=1, d=16):
+    """q, k, v as the layer lays them out (heads moved out of a channels-last tensor, so strided
+    views), logits of a unit scale, and fp32 log-decays in ``[-2, 0)``."""
+    q, k, v = (torch.randn(batch, *grid, heads, d, device=DEVICE).to(dtype).movedim(-2, 1) for _ in range(3))
+    decays = [-torch.rand(batch, heads, *grid, device=DEVICE) * 2 for _ in grid]
+    return [q, k, v, decays[-1], decays[-2], decays[0] if len(grid) == 3 else None]
+
+
+def run(fn, inputs, grad, kind, form):
+    """``[out, *grads of the tensor inputs]`` of ``fn`` for the output gradient ``grad``."""
+    leaves = [t if t is None else t.detach().requires_grad_() for t in inputs]
+    out = fn(*leaves, kind=kind, form=form)
+    return [out, *torch.autograd.grad(out, [t for t in leaves if t is not None], grad)]
+
+
+def reference(inputs, grad, kind, form):
+    """The reference in fp32 on the kernels' inputs (fp16/bf16 values are exact in fp32)."""
+    fp32 = [t if t is None else t.detach().float() for t in inputs]
+    return run(polyline_attention_reference, fp32, grad.float(), kind, form)
+
+
+def check(inputs, kind, form, tol=None):
+    seed = torch.initial_seed()
+    dtype = inputs[0].dtype
+    grad = torch.randn(inputs[2].shape, device=DEVICE).to(dtype)
+    got = run(attention_triton, inputs, grad, kind, form)
+    want = reference(inputs, grad, kind, form)
+    present = [t for t in inputs if t is not None]
+    assert got[0].dtype == dtype and all(g.dtype == t.dtype for g, t in zip(got[1:], present))
+    for name, g, w in zip(NAMES, got, want):
+        assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
+        assert torch.isfinite(g).all(), f"{name} has non-finite entries (seed {seed})"
+        err = rel_err(g, w)
+        assert err <= (tol or TOL[dtype]), f"{kind}/{form} {name}: relative error {err:.3g} (seed {seed})"
+
+
+# (grid, form): 35 tokens are 3 tiles of 16, the last partial; 1 x W and H x 1 grids; 3-D.
+VANILLA = [((5, 7), "official"), ((5, 7), "paper"), ((1, 11), "official"), ((9, 1), "paper"),
+           ((2, 3, 4), "official"), ((2, 3, 4), "paper")]
+CRISS_CROSS = [((3, 5), "official"), ((1, 6), "official"), ((2, 3, 2), "official"), ((2, 2, 3), "paper")]
+
+
+def grid_id(case):
+    return "x".join(map(str, case[0])) + "-" + case[1]
+
+
+@pytest.mark.parametrize("case", VANILLA, ids=grid_id)
+def test_vanilla_fp32_matches_reference(case):
+    check(make_inputs(case[0], torch.float32), "vanilla", case[1])
+
+
+@pytest.mark.parametrize("case", CRISS_CROSS, ids=grid_id)
+def test_criss_cross_fp32_matches_reference(case):
+    check(make_inputs(case[0], torch.float32), "criss_cross", case[1])
+
+
+@pytest.mark.parametrize("kind,grid", [("vanilla", (3, 5)), ("vanilla", (2, 2, 3)), ("criss_cross", (3, 5))])
+def test_fp16_matches_reference(kind, grid):
+    check(make_inputs(grid, torch.float16), kind, "official")
+
+
+def test_head_dims_and_batches():
+    """Head dim 32 and 20 (padded to 32 channels), two batch elements and two heads."""
+    check(make_inputs((3, 4), torch.float32, batch=2, heads=2, d=32), "vanilla", "official")
+    check(make_inputs((2, 3), torch.float32, batch=2, heads=1, d=20), "criss_cross", "paper")
+
+
+def test_strong_decays_and_large_logits():
+    """Log-decays down to -8 per step (masks down to exp(-300)) and logits of size 20: finite
+    and within tolerance (the online softmax never overflows)."""
+    inputs = make_inputs((3, 4), torch.float32)
+    inputs[0] = inputs[0] * 5
+    inputs[3], inputs[4] = inputs[3] * 4, inputs[4] * 4
+    for kind, form in (("vanilla", "official"), ("vanilla", "paper"), ("criss_cross", "official")):
+        check(inputs, kind, form)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 kernels are tested on a GPU only")
+@pytest.mark.parametrize("kind", ["vanilla", "criss_cross"])
+def test_bf16_matches_reference(kind):
+    check(make_inputs((14, 14), torch.bfloat16, batch=2, heads=4, d=32), kind, "official")
+
+
+def test_autocast_runs_the_kernel_in_the_autocast_dtype():
+    """fp32 inputs under fp16 autocast (the interpreter mishandles bf16): fp16 output and
+    gradients in the inputs' dtypes."""
+    inputs = [t if t is None else t.requires_grad_() for t in make_inputs((3, 5), torch.float32)]
+    with torch.autocast(DEVICE, dtype=torch.float16):
+        got = polyline_attention(*inputs, backend="triton")
+        want = polyline_attention(*inputs, backend="torch")
+    assert got.dtype == want.dtype == torch.float16
+    assert rel_err(got, want) <= TOL[torch.float16], f"seed {torch.initial_seed()}"
+    grads = torch.autograd.grad(got.float().sum(), [t for t in inputs if t is not None])
+    want_grads = torch.autograd.grad(want.float().sum(), [t for t in inputs if t is not None])
+    for g, w in zip(grads, want_grads):
+        assert g.dtype == w.dtype == torch.float32 and rel_err(g, w) <= 2e-2, f"seed {torch.initial_seed()}"
+
+
+@pytest.mark.parametrize("kind,grid", [("vanilla", (2, 3, 2)), ("criss_cross", (2, 3))])
+def test_backward_fake_describes_the_backward(kind, grid):
+    """``torch.compile`` plans the backward's memory from ``backward_fake``: same shapes, dtypes,
+    strides as the kernels' gradients (fp16 q, k, v; strided views)."""
+    inputs = make_inputs(grid, torch.float16)
+    grad = torch.randn(inputs[2].shape, device=DEVICE).to(torch.float16)
+    impl = implementation(get_op("polyline_attention"), "triton")
+    real = impl.backward(grad, *inputs, kind, "official")
+    fake = impl.backward_fake(grad, *inputs, kind, "official")
+    assert len(real) == len(fake) == len([t for t in inputs if t is not None])
+    for r, f in zip(real, fake):
+        assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+
+
+def test_flex_attention_matches_reference():
+    """The FlexAttention form (a benchmark column), 3-D official: forward only (no FlexAttention
+    backward on the CPU; eager FlexAttention costs seconds per call there)."""
+    inputs = make_inputs((2, 2, 3), torch.float32)
+    with torch.no_grad():
+        got = polyline_attention_flex(*inputs)
+        want = polyline_attention_reference(*inputs)
+    assert rel_err(got, want) <= 1e-5, f"{rel_err(got, want):.3g} (seed {torch.initial_seed()})"
+
+
+def test_whole_model_through_the_kernels_matches_the_reference_path(monkeypatch):
+    """``test_ppma`` (criss-cross then vanilla stages), forward and backward: the kernel path
+    against the reference path, same weights and input."""
+    model = timm.create_model("test_ppma").to(DEVICE).eval()  # eval: batch norms on a 1 x 1 grid
+    x = torch.randn(1, 3, 32, 32, device=DEVICE)  # stage grids 8 x 8, 4 x 4 (criss-cross), 2 x 2, 1 x 1 (vanilla)
+    results = {}
+    for backend in ("torch", "triton"):
+        monkeypatch.setenv("PPMA_BACKEND", backend)
+        model.zero_grad()
+        out = model(x)
+        out.square().sum().backward()
+        results[backend] = (out, {name: p.grad for name, p in model.named_parameters()})
+    (out, grads), (want_out, want_grads) = results["triton"], results["torch"]
+    seed = torch.initial_seed()
+    assert rel_err(out, want_out) <= 1e-5, f"logits: {rel_err(out, want_out):.3g} (seed {seed})"
+    # Relative to the largest weight gradient: some (biases before a norm) are zero up to rounding.
+    scale = max(g.abs().max() for g in want_grads.values())
+    for name, want in want_grads.items():
+        err = ((grads[name] - want).abs().max() / scale).item()
+        assert err <= 1e-5, f"{name}.grad: {err:.3g} of the largest weight gradient (seed {seed})"
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ppma.kernels.polyline_attention import vanilla
+
+inputs = {"Q", "K", "V", "O", "DO", "DK", "DV_PTR"}
+fp32 = {"Ga", "Gb", "Gc", "STATS_PTR", "DQ", "dGa", "dGb", "dGc"}
+out = {}
+for kernel, flags, dtype in [(vanilla._bwd_kernel, dict(IS_3D=True, PAPER=False), "*bf16")]:
+    consts = dict(**flags, PRECISION="ieee" if dtype == "*fp32" else "tf32", BLOCK_M=32, BLOCK_N=32,
+                  BLOCK_D=32, BLOCK_DV=32)
+    sig = {name: dtype if name in inputs else "*fp32" if name in fp32 else "i32"
+           for name, p in zip(kernel.arg_names, kernel.params) if not p.is_constexpr}
+    sig.update({k: "constexpr" for k in consts})
+    compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts),
+                              target=GPUTarget("cuda", 90, 32), options=dict(num_warps=vanilla.NUM_WARPS))
+    out[f"{kernel.__name__}{flags}{dtype}"] = len(compiled.asm["cubin"])
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernels_compile_for_sm90():
+    """Triton's GPU compiler rejects code its interpreter runs; ``triton.compile`` with an explicit
+    target goes to a cubin without a GPU. A subprocess: ``TRITON_INTERPRET`` acts at import time.
+    One variant (the compiler needs 10-20 s for each): the vanilla backward, which calls every
+    helper of the forward, of the 3-D official form in bf16."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and "ModuleNotFoundError: No module named 'triton.backends.nvidia" in proc.stderr:
+        pytest.skip("this Triton build has no NVIDIA backend")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sizes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(sizes) == 1 and all(size > 0 for size in sizes.values()), sizes
