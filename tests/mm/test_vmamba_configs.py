@@ -73,10 +73,7 @@ def test_config_builds(path):
                                                   for c, s in zip(channels, (4, 8, 16, 32))]
 
 
-# CI trains the segmentation quick start only: one Mask R-CNN iteration of the micro VMamba takes
-# minutes on a CPU (the selective scan's CPU path at the detector's resolution); the detection
-# config is built above.
-@pytest.mark.parametrize("task", ["seg"])
+@pytest.mark.parametrize("task", ["det", "seg"])
 def test_quickstart_trains_one_iteration(mm, shapes_root, task):
     work = shapes_root / f"work_vmamba_{task}"
     result = mm.run([sys.executable, mm.tools / "train.py", QUICK[task], "--work-dir", work,
