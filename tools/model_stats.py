@@ -1,7 +1,7 @@
-"""Parameters and FLOPs of ppma presets: the numbers in docs/models.md.
+"""Parameters and FLOPs of the package's presets: the numbers in docs/models.md, vmamba.md, vim.md.
 
-    python tools/model_stats.py                          # every ppma preset at 224x224
-    python tools/model_stats.py ppma_tiny ppma_base --size 512 768
+    python tools/model_stats.py                          # every ppma_* preset at 224x224
+    python tools/model_stats.py ppma_tiny vmamba_tiny vim_tiny --size 512 768
 
 FLOPs are :func:`ppma.models.flops.flop_analysis` (fvcore, one multiply-add = one FLOP, every
 registered op by its formula) of one image, in total and without the attention products
@@ -22,7 +22,7 @@ def stats(name: str, size: tuple[int, int], frames: int) -> tuple[int, float, fl
     (1000 classes) on one ``size`` input."""
     model = timm.create_model(name).eval()
     params = sum(p.numel() for p in model.parameters())
-    shape = (1, 3, frames, *size) if model.grid == "3d" else (1, 3, *size)
+    shape = (1, 3, frames, *size) if getattr(model, "grid", None) == "3d" else (1, 3, *size)
     analysis = flop_analysis(model, torch.zeros(shape))
     return params, total_flops(analysis) / 1e9, total_flops(analysis, ("products",)) / 1e9
 

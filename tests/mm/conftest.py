@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "mm_configs"
@@ -52,10 +53,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+ONE_ITERATION = ["train_cfg.max_iters=1", "default_hooks.checkpoint.interval=1", "default_hooks.logger.interval=1",
+                 "train_dataloader.batch_size=2"]
+
+
+def train_one_iteration(config, work_dir, cwd) -> dict:
+    """``tools/train.py config`` for one iteration (batch 2) in ``cwd``; checks that it trained
+    (a loss logged, an optimizer step taken) and returns the checkpoint ``iter_1.pth``."""
+    result = run_tool([sys.executable, TOOLS / "train.py", config, "--work-dir", work_dir,
+                       "--cfg-options", *ONE_ITERATION], cwd)
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert "Iter(train) [1/1]" in result.stdout and "loss:" in result.stdout
+    state = torch.load(Path(work_dir) / "iter_1.pth", map_location="cpu")
+    assert state["optimizer"]["state"], "no optimizer step was taken"
+    return state
+
+
 @pytest.fixture(scope="session")
 def mm():
     """Paths, the micro backbone and the CLI helpers, for the test modules (which cannot import
     this conftest under ``--import-mode=importlib``)."""
     return SimpleNamespace(repo=REPO, configs=CONFIGS, tools=TOOLS, quick_det=QUICK_DET,
                            quick_seg=QUICK_SEG, micro=MICRO, micro_options=MICRO_OPTIONS,
-                           run=run_tool, free_port=free_port)
+                           run=run_tool, free_port=free_port,
+                           train_one_iteration=train_one_iteration)
