@@ -39,3 +39,8 @@ def triton_unavailable_reason(device: torch.device | str) -> str | None:
     if device.type == "cuda" or (device.type == "cpu" and interpreted()):
         return None
     return f"Triton kernels run on CUDA tensors (or on CPU with TRITON_INTERPRET=1), got device '{device}'"
+
+
+def triton_runs_natively(device: torch.device | str) -> bool:
+    """True on CUDA devices: elsewhere Triton only interprets (for tests), so ``auto`` never picks it."""
+    return torch.device(device).type == "cuda"

@@ -11,16 +11,20 @@ swaps query and key. Each tile gathers the "corner" entries ``(t,i,l)``, ``(t,k,
 Forward (one program per query tile and ``(B, head)``, one pass over the key tiles, ``QK^T``
 once): ``form='official'`` keeps two online softmaxes (logits plus the V2H / H2V log mask) and
 two accumulators, ``out = 0.5 * (O_v2h + O_h2v)``; ``form='paper'`` keeps one softmax of the
-logits and applies ``exp(V2H) + exp(H2V)`` to its probabilities. With ``STATS`` it writes, instead
-of ``out``, each softmax's log-sum-exp and ``D = rowsum(dO * O)`` (per softmax) for the backward.
+logits and applies ``exp(V2H) + exp(H2V)`` to its probabilities. Besides ``out`` it writes the
+residuals of the backward: each softmax's log-sum-exp and, for the official form, ``O_v2h`` (fp32;
+``O_h2v = 2 out - O_v2h``).
 
 Backward (one program per key tile and ``(B, head)``, a pass over the query tiles): the
-probabilities are recomputed from the saved statistics; ``dk``, ``dv`` and the key's own decay
+launcher forms ``D = rowsum(dO * O)`` per softmax from the residuals (no forward kernel runs
+again); the probabilities are recomputed from the saved log-sum-exps; ``dk``, ``dv`` and the key's own decay
 terms accumulate in registers, ``dq``, the query's own terms and the corner terms are added
 atomically into fp32 buffers. The launcher turns ``dGa``, ``dGb``, ``dGc`` into decay gradients
 with reverse cumulative sums.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
@@ -98,10 +102,10 @@ def _log_mask_grad(g, dGa, dGb, dGc, to_t, to_i, to_j, fr_t, fr_i, fr_j, HW, W, 
 
 @triton.jit(do_not_specialize=["N", "HW", "W"])
 def _fwd_kernel(
-    Q, K, V, Ga, Gb, Gc, O, DO, STATS_PTR,
-    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n, sdo_b, sdo_h, sdo_n,
+    Q, K, V, Ga, Gb, Gc, O, O1, LSE,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     heads, N, HW, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, STATS: tl.constexpr, PRECISION: tl.constexpr,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     bh = tl.program_id(1)
@@ -171,20 +175,13 @@ def _fwd_kernel(
         o2 = acc2 / l2[:, None]
         out = 0.5 * (o1 + o2)
     out_mask = q_ok[:, None] & (cv[None, :] < DV)
-    if STATS:  # (4, B*heads, N): lse and D of the V2H (paper: the only) softmax, then of the H2V one
-        do = tl.load(DO + b * sdo_b + h * sdo_h + qn[:, None] * sdo_n + cv[None, :], mask=out_mask,
-                     other=0.0).to(tl.float32)
-        stats = STATS_PTR + row + qn
-        plane = tl.num_programs(1).to(tl.int64) * N
-        tl.store(stats, m1 + tl.log(l1), mask=q_ok)
-        if PAPER:
-            tl.store(stats + plane, tl.sum(do * o1, 1), mask=q_ok)
-        else:
-            tl.store(stats + plane, 0.5 * tl.sum(do * o1, 1), mask=q_ok)
-            tl.store(stats + 2 * plane, m2 + tl.log(l2), mask=q_ok)
-            tl.store(stats + 3 * plane, 0.5 * tl.sum(do * o2, 1), mask=q_ok)
-    else:
-        tl.store(O + b * so_b + h * so_h + qn[:, None] * so_n + cv[None, :], out.to(O.dtype.element_ty), mask=out_mask)
+    o_off = b * so_b + h * so_h + qn[:, None] * so_n + cv[None, :]
+    tl.store(O + o_off, out.to(O.dtype.element_ty), mask=out_mask)
+    # residuals, (1 or 2, B*heads, N) log-sum-exps: the V2H (paper: the only) softmax's, then the H2V one's
+    tl.store(LSE + row + qn, m1 + tl.log(l1), mask=q_ok)
+    if not PAPER:
+        tl.store(LSE + tl.num_programs(1).to(tl.int64) * N + row + qn, m2 + tl.log(l2), mask=q_ok)
+        tl.store(O1 + o_off, o1, mask=out_mask)
 
 
 @triton.jit(do_not_specialize=["N", "HW", "W"])
@@ -312,46 +309,67 @@ def _check_dtype(q, k, v):
             raise ValueError(f"the Triton polyline_attention kernel takes fp32, fp16 or bf16 {name}, got {t.dtype}")
 
 
-def _launch_fwd(q, k, v, decays, log_gamma, form, grad=None, block=None):
-    """Forward kernel: the output, or (``grad`` given) the ``(4, B*heads, N)`` fp32 statistics."""
-    _check_dtype(q, k, v)
-    block = block or default_block()
-    grid, hw, ww, is_3d = _dims(q, log_gamma)
-    bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
-    qf, kf, vf = _flat(q), _flat(k), _flat(v)
-    n = qf.shape[2]
-    stats = grad is not None
-    out = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=v.device)
-    dof = _flat(grad) if stats else out
-    stat_buf = torch.empty(4, bsz * heads, n, dtype=torch.float32, device=q.device) if stats else out
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    _fwd_kernel[(triton.cdiv(n, block), bsz * heads)](
-        qf, kf, vf, *decays, out, dof, stat_buf,
-        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3], *dof.stride()[:3],
-        heads, n, hw, ww, d, dv,
-        IS_3D=is_3d, PAPER=form == "paper", STATS=stats, PRECISION=precision,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS,
-    )
-    return stat_buf if stats else out.view(*q.shape[:-1], dv)
+def residual_shapes(q_shape, dv: int, form: str) -> list[tuple[int, ...]]:
+    """Shapes of the fp32 residuals of :func:`vanilla_attention_fwd` for ``q`` of ``q_shape``
+    ``(B, heads, *grid, d)``: the log-sum-exps ``(1 or 2, B*heads, N)`` and, for the official
+    form, ``O_v2h`` ``(B, heads, N, dv)``."""
+    bsz, heads, n = q_shape[0], q_shape[1], math.prod(q_shape[2:-1])
+    if form == "paper":
+        return [(1, bsz * heads, n)]
+    return [(2, bsz * heads, n), (bsz, heads, n, dv)]
 
 
 def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official", block=None):
     """Vanilla polyline attention (``ppma.ops.polyline_attention(kind='vanilla')``).
 
     ``q``, ``k`` ``(B, heads, *grid, d)``, ``v`` ``(B, heads, *grid, dv)``, fp32 log-decays
-    ``(B, heads, *grid)`` on a 2-D ``(H, W)`` or 3-D ``(T, H, W)`` grid -> ``(B, heads, *grid, dv)``
-    in ``v.dtype``. ``block``: tile size (default 64 on a GPU, 16 in the interpreter).
+    ``(B, heads, *grid)`` on a 2-D ``(H, W)`` or 3-D ``(T, H, W)`` grid -> ``(out, residuals)``:
+    ``out`` ``(B, heads, *grid, dv)`` in ``v.dtype`` and the residuals of
+    :func:`vanilla_attention_bwd` (:func:`residual_shapes`). ``block``: tile size (default 64 on a
+    GPU, 16 in the interpreter).
     """
-    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
-    return _launch_fwd(q, k, v, decays, log_gamma, form, block=block)
-
-
-def vanilla_attention_bwd(grad, q, k, v, log_alpha, log_beta, log_gamma=None, form="official", block=None):
-    """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
-    for the output gradient ``grad``; the forward kernel runs again for the softmax statistics."""
+    _check_dtype(q, k, v)
     block = block or default_block()
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
-    stats = _launch_fwd(q, k, v, decays, log_gamma, form, grad=grad, block=block)
+    grid, hw, ww, is_3d = _dims(q, log_gamma)
+    bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
+    qf, kf, vf = _flat(q), _flat(k), _flat(v)
+    n = qf.shape[2]
+    out = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=v.device)
+    residuals = tuple(torch.empty(s, dtype=torch.float32, device=q.device) for s in residual_shapes(q.shape, dv, form))
+    o_v2h = residuals[1] if form != "paper" else out  # the paper form writes no O_v2h
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    _fwd_kernel[(triton.cdiv(n, block), bsz * heads)](
+        qf, kf, vf, *decays, out, o_v2h, residuals[0],
+        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
+        heads, n, hw, ww, d, dv,
+        IS_3D=is_3d, PAPER=form == "paper", PRECISION=precision,
+        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS,
+    )
+    return out.view(*q.shape[:-1], dv), residuals
+
+
+def _softmax_stats(grad, out, residuals, form):
+    """The backward's ``(4, B*heads, N)`` fp32 statistics from the forward's residuals: per softmax
+    (V2H, then H2V; the paper form has one) its log-sum-exp and ``D = rowsum(dO * O)``, where
+    ``dO`` is the part of ``grad`` that reaches that softmax's output."""
+    do, out = _flat(grad).float(), _flat(out).float()
+    lse = residuals[0]
+    if form == "paper":
+        return torch.stack([lse[0], (do * out).sum(-1).flatten(0, 1)])
+    o_v2h = residuals[1]
+    d_v2h = 0.5 * (do * o_v2h).sum(-1).flatten(0, 1)
+    d_h2v = 0.5 * (do * (2 * out - o_v2h)).sum(-1).flatten(0, 1)
+    return torch.stack([lse[0], d_v2h, lse[1], d_h2v])
+
+
+def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official",
+                          block=None):
+    """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
+    for the output gradient ``grad``, from its ``out`` and ``residuals`` (no forward kernel runs)."""
+    block = block or default_block()
+    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
+    stats = _softmax_stats(grad, out, residuals, form)
     grid, hw, ww, is_3d = _dims(q, log_gamma)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
     qf, kf, vf, dof = _flat(q), _flat(k), _flat(v), _flat(grad.to(v.dtype))

@@ -8,9 +8,9 @@ Layout: ``u``, ``delta``, ``z``, ``y``: ``(batch, dim, L)``; ``A``: ``(dim, N)``
 ``BLOCK_D`` channels of that group, keeps the ``(BLOCK_D, BLOCK_N)`` state in fp32 registers and
 walks the sequence step by step, so any ``L`` works without padding.
 
-Backward, without storing ``(batch, dim, N, L)`` states: the forward kernel (run again, with
-``STORE_CKPT``) saves the state at every chunk start, ``(batch, dim, n_chunks, N)``. The
-backward kernel walks the chunks last first; for each it recomputes the chunk's states from its
+Backward, without storing ``(batch, dim, N, L)`` states: the forward kernel saves the state at
+every chunk start, ``(batch, dim, n_chunks, N)`` (the op's residual, so the backward does not
+scan again). The backward kernel walks the chunks last first; for each it recomputes the chunk's states from its
 checkpoint into a ``(batch, dim, chunk, N)`` scratch buffer, then runs the adjoint recurrence
 ``lam_t = gy_t C_t + exp(dt_{t+1} A) lam_{t+1}`` back through the chunk. Sums over channels (dB,
 dC) are written per channel block and over time (dA, dD, d delta_bias) per batch row; the
@@ -77,10 +77,10 @@ def _selective_scan_fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
     L, dim, dpg, N, G, chunk, n_chunks,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    STORE_Y: tl.constexpr, STORE_CKPT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """``y`` (if ``STORE_Y``), ``last`` ``(batch, dim, N)`` fp32 and (if ``STORE_CKPT``) the
-    chunk-start states ``ckpt`` ``(batch, dim, n_chunks, N)`` fp32."""
+    """``y``, ``last`` ``(batch, dim, N)`` fp32 and the chunk-start states ``ckpt``
+    ``(batch, dim, n_chunks, N)`` fp32."""
     b, g, d, d_ok, n, n_ok, dn_ok, A, bias, Dv = _program_channels(
         A_ptr, D_ptr, bias_ptr, dpg, N, G, HAS_D, HAS_BIAS, BLOCK_D, BLOCK_N
     )
@@ -89,21 +89,19 @@ def _selective_scan_fwd_kernel(
     ck = ((b * dim + d).to(tl.int64) * n_chunks)[:, None] * N + n[None, :]
     h = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
     for c in range(0, n_chunks):
-        if STORE_CKPT:
-            tl.store(ckpt_ptr + ck + c * N, h, mask=dn_ok)
+        tl.store(ckpt_ptr + ck + c * N, h, mask=dn_ok)
         t0 = c * chunk
         for t in range(t0, tl.minimum(t0 + chunk, L)):
             x = tl.load(u_ptr + row + t, mask=d_ok, other=0.0).to(tl.float32)
             pre, dt = _dt(delta_ptr, row + t, d_ok, bias, HAS_BIAS, SOFTPLUS)
             Bt = tl.load(B_ptr + bc + t, mask=n_ok, other=0.0).to(tl.float32)
             h = tl.exp(dt[:, None] * A) * h + (dt * x)[:, None] * Bt[None, :]
-            if STORE_Y:
-                Ct = tl.load(C_ptr + bc + t, mask=n_ok, other=0.0).to(tl.float32)
-                y = tl.sum(h * Ct[None, :], axis=1) + Dv * x
-                if HAS_Z:
-                    zt = tl.load(z_ptr + row + t, mask=d_ok, other=0.0).to(tl.float32)
-                    y = y * zt * tl.sigmoid(zt)
-                tl.store(y_ptr + row + t, y.to(y_ptr.dtype.element_ty), mask=d_ok)
+            Ct = tl.load(C_ptr + bc + t, mask=n_ok, other=0.0).to(tl.float32)
+            y = tl.sum(h * Ct[None, :], axis=1) + Dv * x
+            if HAS_Z:
+                zt = tl.load(z_ptr + row + t, mask=d_ok, other=0.0).to(tl.float32)
+                y = y * zt * tl.sigmoid(zt)
+            tl.store(y_ptr + row + t, y.to(y_ptr.dtype.element_ty), mask=d_ok)
     tl.store(last_ptr + (b * dim + d).to(tl.int64)[:, None] * N + n[None, :], h, mask=dn_ok)
 
 
@@ -224,37 +222,35 @@ class _Problem:
         """An fp32 ``(batch, dim, *shape)`` buffer."""
         return torch.empty(self.batch, self.dim, *shape, dtype=torch.float32, device=self.device)
 
-    def scan(self, y, store_ckpt: bool):
-        """Run the forward kernel; returns ``(last_state, ckpt or None)``."""
-        u = self.tensors[0]
-        last = self.states(self.n_state)
-        ckpt = self.states(self.n_chunks, self.n_state) if store_ckpt else last
-        _selective_scan_fwd_kernel[self.grid](
-            *self.tensors, u if y is None else y, last, ckpt, *self.sizes,
-            STORE_Y=y is not None, STORE_CKPT=store_ckpt, **self.flags, num_warps=NUM_WARPS,
-        )
-        return last, ckpt if store_ckpt else None
+def chunk_states_shape(u_shape: tuple[int, int, int], n_state: int, chunk: int | None = None) -> tuple[int, ...]:
+    """Shape of the forward's chunk-start states for ``u`` ``(batch, dim, L)``: ``(batch, dim, n_chunks, N)``."""
+    batch, dim, length = u_shape
+    return batch, dim, triton.cdiv(length, chunk or default_chunk(length)), n_state
 
 
 def selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                        out_dtype=None, chunk=None):
-    """Forward: ``(y, last_state)``, ``y`` ``(batch, dim, L)`` in ``out_dtype`` (default ``u.dtype``),
-    ``last_state`` ``(batch, dim, N)`` fp32. Shapes as :func:`ppma.ops.selective_scan` (B/C
-    ``(batch, N, L)`` or ``(batch, G, N, L)``); any float dtypes, fp32 state. No input checks."""
+    """Forward: ``(y, last_state, chunk_states)``, ``y`` ``(batch, dim, L)`` in ``out_dtype``
+    (default ``u.dtype``), ``last_state`` ``(batch, dim, N)`` and ``chunk_states`` (the state at
+    every chunk start, :func:`chunk_states_shape`) fp32. Shapes as :func:`ppma.ops.selective_scan`
+    (B/C ``(batch, N, L)`` or ``(batch, G, N, L)``); any float dtypes, fp32 state. No input checks."""
     p = _Problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, chunk)
     y = torch.empty(u.shape, dtype=out_dtype or u.dtype, device=u.device)
-    last, _ = p.scan(y, store_ckpt=False)
-    return y, last
+    last, chunk_states = p.states(p.n_state), p.states(p.n_chunks, p.n_state)
+    _selective_scan_fwd_kernel[p.grid](
+        *p.tensors, y, last, chunk_states, *p.sizes, **p.flags, num_warps=NUM_WARPS,
+    )
+    return y, last, chunk_states
 
 
-def selective_scan_bwd(grad_y, grad_last, u, delta, A, B, C, D=None, z=None, delta_bias=None,
+def selective_scan_bwd(grad_y, grad_last, chunk_states, u, delta, A, B, C, D=None, z=None, delta_bias=None,
                        delta_softplus=False, chunk=None):
     """Backward: gradients ``[du, ddelta, dA, dB, dC, dD, dz, ddelta_bias]`` shaped and typed like
-    the inputs (``None`` for an absent input) given ``grad_y`` ``(batch, dim, L)`` and
-    ``grad_last`` ``(batch, dim, N)`` (or None). Recomputes chunk-start states (one forward pass
-    without ``y``) instead of storing ``(batch, dim, N, L)``."""
+    the inputs (``None`` for an absent input) given ``grad_y`` ``(batch, dim, L)``, ``grad_last``
+    ``(batch, dim, N)`` (or None) and the forward's ``chunk_states`` (same ``chunk``): each chunk's
+    states are recomputed from its start, nothing ``(batch, dim, N, L)`` is stored."""
     p = _Problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, chunk)
-    _, ckpt = p.scan(None, store_ckpt=True)
+    ckpt = chunk_states.contiguous()
     scratch = p.states(p.chunk, p.n_state)
     gu, gdelta = torch.empty_like(p.tensors[0]), torch.empty_like(p.tensors[1])
     gz = torch.empty_like(p.tensors[6]) if z is not None else gu

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ppma.ops import registered_ops
+from ppma.ops._custom_op import APPENDED_ARGUMENTS
 
 ELEMENTWISE_OPS = (
     "aten::neg",
@@ -51,7 +52,7 @@ def _elementwise_flops(inputs, outputs) -> int:
 
 def _op_handle(name: str, formula):
     def handle(inputs, outputs) -> Counter:
-        terms = formula(*[_argument(v) for v in inputs[:-1]])  # the last argument is the backend
+        terms = formula(*[_argument(v) for v in inputs[: -len(APPENDED_ARGUMENTS)]])
         return Counter({f"{name}.{term}": flops for term, flops in terms.items()})
 
     return handle

@@ -1,14 +1,15 @@
 """Custom ops from registry entries: ``ppma::<name>`` and ``ppma::<name>_backward``.
 
-The forward op runs the selected backend's :class:`~ppma.ops.registry.Impl` and returns a tensor
-laid out as the op's fake implementation says (``torch.compile`` plans memory from it). Its
-autograd saves the tensor arguments and, under the autocast state of the forward, computes the
+``ppma::<name>(<arguments>, str backend, bool keep_residuals) -> Tensor[]`` runs the selected
+backend's :class:`~ppma.ops.registry.Impl` and returns the op's outputs, laid out as its fake
+implementation says (``torch.compile`` plans memory from it), followed, when
+``keep_residuals``, by the residuals the backend's backward needs. Its autograd saves the tensor
+arguments and those residuals and, under the autocast state of the forward, computes the
 gradients with the same backend:
 
-- torch: the reference's own gradient, in the autograd formula itself: the reference is run
-  again under ``torch.func.vjp`` (the forward keeps nothing but its inputs), so gradients are
-  those of autograd through the reference, values and strides alike, and ``torch.compile``
-  traces them as plain PyTorch;
+- torch: autograd through the op's ``torch`` form, in the autograd formula itself: the form is
+  run again under ``torch.func.vjp`` (it keeps no residuals), so gradients are those of autograd,
+  values and strides alike, and ``torch.compile`` traces them as plain PyTorch;
 - a kernel: the op ``ppma::<name>_backward`` (one node), whose fake is the kernel's
   ``backward_fake``.
 """
@@ -18,6 +19,9 @@ import functools
 
 import torch
 
+# What the custom op appends to the op's own arguments.
+APPENDED_ARGUMENTS = ("backend", "keep_residuals")
+
 
 @functools.cache
 def tensor_positions(name: str, arguments: str) -> tuple[int, ...]:
@@ -26,8 +30,20 @@ def tensor_positions(name: str, arguments: str) -> tuple[int, ...]:
     return tuple(i for i, a in enumerate(schema.arguments) if str(a.type) in ("Tensor", "Optional[Tensor]"))
 
 
+def output_count(returns: str) -> int:
+    """How many tensors a schema's ``returns`` (``"Tensor"``, ``"(Tensor, Tensor)"``) names."""
+    schema = torch._C.parse_schema(f"ppma::count() -> {returns}")
+    if not schema.returns or any(str(r.type) != "Tensor" for r in schema.returns):
+        raise ValueError(f"an op returns one or more tensors, got {returns!r}")
+    return len(schema.returns)
+
+
 def _present(args, positions) -> list[int]:
     return [i for i in positions if args[i] is not None]
+
+
+def _as_tuple(outputs) -> tuple:
+    return outputs if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
 def _laid_out_like(out: torch.Tensor, expected: torch.Tensor, what: str) -> torch.Tensor:
@@ -40,70 +56,90 @@ def _laid_out_like(out: torch.Tensor, expected: torch.Tensor, what: str) -> torc
     return out if out.stride() == expected.stride() else expected.copy_(out)
 
 
-def reference_backward(name, arguments, reference, grad, *args):
-    """Gradients of ``reference(*args)`` for ``grad``, by ``torch.func.vjp`` (autocast as the caller's
-    for the recomputed forward, off for the gradient itself, as in autograd)."""
+def torch_backward(name, arguments, forward, grads, residuals, *args):
+    """Gradients of ``forward(*args)`` for ``grads`` (one per output), by ``torch.func.vjp``
+    (autocast as the caller's for the recomputed forward, off for the gradient itself, as in
+    autograd); ``residuals`` is empty: the torch backend recomputes."""
     positions = _present(args, tensor_positions(name, arguments))
 
     def fn(*tensors):
         full = list(args)
         for i, t in zip(positions, tensors):
             full[i] = t
-        return reference(*full)
+        return _as_tuple(forward(*full))
 
     _, vjp_fn = torch.func.vjp(fn, *[args[i] for i in positions])
-    with torch.autocast(grad.device.type, enabled=False):
-        return list(vjp_fn(grad))
+    with torch.autocast(grads[0].device.type, enabled=False):
+        return list(vjp_fn(tuple(grads)))
 
 
-def define_custom_op(name: str, arguments: str, fake, impl_of):
-    """Define ``ppma::<name>(<arguments>, str backend) -> Tensor`` with fake and autograd; returns it.
+def define_custom_op(name: str, arguments: str, outputs: int, fake, impl_of):
+    """Define ``ppma::<name>(<arguments>, str backend, bool keep_residuals) -> Tensor[]`` with fake
+    and autograd; returns it. ``outputs``: how many tensors ``fake`` and the forwards return.
 
     ``impl_of(backend)`` gives the backend's :class:`~ppma.ops.registry.Impl` when the op runs.
     """
     positions = tensor_positions(name, arguments)
 
     def forward(*args):
-        *op_args, backend = args
-        out = impl_of(backend).forward(*op_args)
-        return _laid_out_like(out, fake(*op_args), f"ppma::{name} ({backend})")
+        *op_args, backend, keep = args
+        impl = impl_of(backend)
+        outs, residuals = impl.forward(*op_args)
+        expected = _as_tuple(fake(*op_args))
+        outs = [_laid_out_like(o, e, f"ppma::{name} ({backend})") for o, e in zip(_as_tuple(outs), expected)]
+        return outs + (list(residuals) if keep else [])
 
-    def backward(grad, *args):
-        *op_args, backend = args
-        return impl_of(backend).backward(grad, *op_args)
+    def forward_fake(*args):
+        *op_args, backend, keep = args
+        residuals = impl_of(backend).residuals_fake(*op_args) if keep else ()
+        return list(_as_tuple(fake(*op_args))) + list(residuals)
 
-    def backward_fake(grad, *args):
+    def backward(grads, residuals, *args):
         *op_args, backend = args
-        return impl_of(backend).backward_fake(grad, *op_args)
+        return impl_of(backend).backward(grads, residuals, *op_args)
+
+    def backward_fake(grads, residuals, *args):
+        *op_args, backend = args
+        return impl_of(backend).backward_fake(grads, residuals, *op_args)
 
     op = torch.library.custom_op(
-        f"ppma::{name}", forward, mutates_args=(), schema=f"({arguments}, str backend) -> Tensor"
+        f"ppma::{name}", forward, mutates_args=(),
+        schema=f"({arguments}, str backend, bool keep_residuals) -> Tensor[]",
     )
-    op.register_fake(lambda *args: fake(*args[:-1]))
-    backward_schema = f"(Tensor grad, {arguments}, str backend) -> Tensor[]"
+    op.register_fake(forward_fake)
+    backward_schema = f"(Tensor[] grads, Tensor[] residuals, {arguments}, str backend) -> Tensor[]"
     backward_op = torch.library.custom_op(f"ppma::{name}_backward", backward, mutates_args=(), schema=backward_schema)
     backward_op.register_fake(backward_fake)
 
     def setup_context(ctx, inputs, output):
-        *op_args, ctx.backend = inputs
+        *op_args, ctx.backend, keep = inputs
         ctx.present = _present(op_args, positions)
         ctx.others = [None if i in ctx.present else a for i, a in enumerate(op_args)]
-        ctx.save_for_backward(*[op_args[i] for i in ctx.present])
+        saves_outputs = keep and impl_of(ctx.backend).saves_outputs
+        residuals = list(output) if saves_outputs else list(output[outputs:])
+        ctx.residuals = len(residuals)
+        ctx.save_for_backward(*residuals, *[op_args[i] for i in ctx.present])
+        ctx.output_meta = [(o.shape, o.dtype, o.device) for o in output[:outputs]]
         device_type = op_args[ctx.present[0]].device.type
         ctx.autocast = (device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
 
-    def backward_formula(ctx, grad):
+    def backward_formula(ctx, grads):
+        saved = ctx.saved_tensors
+        residuals, tensors = list(saved[: ctx.residuals]), saved[ctx.residuals :]
         args = list(ctx.others)
-        for i, t in zip(ctx.present, ctx.saved_tensors):
+        for i, t in zip(ctx.present, tensors):
             args[i] = t
+        # an output that took no part in the loss gets a zero gradient, as autograd materializes
+        grads = [torch.zeros(shape, dtype=dtype, device=device) if g is None else g
+                 for g, (shape, dtype, device) in zip(grads[:outputs], ctx.output_meta)]
         device_type, enabled, dtype = ctx.autocast
         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
             if ctx.backend == "torch":
-                grads = impl_of("torch").backward(grad, *args)
+                result = impl_of("torch").backward(grads, residuals, *args)
             else:
-                grads = backward_op(grad, *args, ctx.backend)
-        out = [None] * (len(args) + 1)
-        for i, g in zip(ctx.present, grads):
+                result = backward_op(grads, residuals, *args, ctx.backend)
+        out = [None] * (len(args) + 2)
+        for i, g in zip(ctx.present, result):
             out[i] = g
         return tuple(out)
 

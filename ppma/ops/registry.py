@@ -1,14 +1,15 @@
-"""The one place that knows every op: its reference, its kernels, where they run, its FLOPs.
+"""The one place that knows every op: its reference, its backends, where they run, its FLOPs and
+its export form.
 
 An op registers itself once, in its own folder (``ppma/ops/<op>/op.py``)::
 
     OP = register(
         "polyline_scan",
         arguments="Tensor x, Tensor log_alpha, Tensor log_beta, str order, Tensor? log_gamma",
-        reference=polyline_scan_reference,          # plain PyTorch, what kernels are tested against
+        reference=polyline_scan_reference,          # plain PyTorch, what every backend is tested against
         fake=lambda x, *rest: torch.empty_like(x),  # output metadata (torch.compile, FLOP tracing)
         flops=polyline_scan_flops,                  # FLOP formula, terms by name
-        kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+        kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
     )
 
     def polyline_scan(x, log_alpha, log_beta, order="both", log_gamma=None, backend=None):
@@ -16,14 +17,18 @@ An op registers itself once, in its own folder (``ppma/ops/<op>/op.py``)::
         return OP(x, log_alpha, log_beta, order, log_gamma, backend=select_backend("polyline_scan", x.device, backend))
 
 :func:`register` defines the ``torch.library`` custom op ``ppma::<name>`` (one node for
-``torch.compile`` and FLOP tracing whatever backend runs) with its fake implementation and its
-autograd (:mod:`._custom_op`). Backend selection, :func:`backend_report` and the FLOP counter
-(:mod:`ppma.models.flops`) read the registry; nothing else lists ops.
+``torch.compile``, ``torch.export`` and FLOP tracing whatever backend runs) with its fake
+implementation and its autograd (:mod:`._custom_op`). Backend selection, :func:`backend_report`,
+the FLOP counter (:mod:`ppma.models.flops`) and :func:`export_decompositions` read the registry;
+nothing else lists ops.
 
-Backends: ``'torch'`` (the reference; its gradient is the reference's, by ``torch.func.vjp``) and
-the kernels' names (``'triton'``). ``select_backend`` takes the ``backend`` argument, else the
-environment variable ``PPMA_BACKEND=auto|torch|triton``; ``auto`` picks the first kernel that can
-run on the device, else ``torch``.
+Each op has three plain-PyTorch forms: ``reference`` (the oracle of the tests, written for
+clarity), ``torch`` (what the ``'torch'`` backend runs, e.g. a chunked form; the reference by
+default) and ``export`` (plain ATen ops that ONNX can express; ``torch`` by default). Backends:
+``'torch'`` (autograd through the ``torch`` form, by ``torch.func.vjp``) and the kernels'
+(:data:`KERNEL_BACKENDS`). ``select_backend`` takes the ``backend`` argument, else the
+environment variable ``PPMA_BACKEND=auto|torch|cpu|triton``; ``auto`` picks the first kernel that
+runs natively on the device (never Triton's CPU interpreter), else ``torch``.
 """
 from __future__ import annotations
 
@@ -35,38 +40,52 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from ._custom_op import define_custom_op, reference_backward
+from ._custom_op import define_custom_op, output_count, torch_backward
 
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "cpu", "triton")
+KERNEL_BACKENDS = BACKENDS[2:]  # the backends that kernels register under
 ENV_VAR = "PPMA_BACKEND"
 
 
 class Impl(NamedTuple):
     """One backend's implementation of an op, called with the op's arguments (``backend`` left out).
 
-    ``forward(*args) -> Tensor``; ``backward(grad, *args) -> list[Tensor]``: the gradients of the
-    tensor arguments that are not None, in argument order; ``backward_fake(grad, *args)``: the
-    same list as empty tensors with the strides ``backward`` gives (a kernel's backward is the
-    custom op ``ppma::<name>_backward`` and this is its fake; the torch backend has none).
+    - ``forward(*args) -> (outputs, residuals)``: ``outputs`` a tensor (a tuple for an op with
+      several), ``residuals`` a tuple of tensors that ``backward`` needs (log-sum-exps, chunk
+      states), saved by autograd; they must not alias the inputs or outputs;
+    - ``backward(grads, residuals, *args) -> list[Tensor]``: ``grads`` one tensor per output;
+      returns the gradients of the tensor arguments that are not None, in argument order. With
+      ``saves_outputs``, ``residuals`` is ``(*outputs, *residuals)``;
+    - ``residuals_fake(*args)``: the residuals as empty tensors (when there are any);
+    - ``backward_fake(grads, residuals, *args)``: ``backward``'s result as empty tensors with its
+      strides (a kernel's backward is the custom op ``ppma::<name>_backward`` and this its fake).
     """
 
-    forward: Callable[..., torch.Tensor]
+    forward: Callable[..., tuple]
     backward: Callable[..., list]
     backward_fake: Callable[..., list] | None = None
+    residuals_fake: Callable[..., tuple] = lambda *args: ()
+    saves_outputs: bool = False
+
+
+def _always(device: torch.device) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
 class Kernel:
     """A kernel of an op.
 
-    ``backend``: its name (one of :data:`BACKENDS`, e.g. ``'triton'``); ``unavailable(device)``:
-    None when it can run on ``device``, else the reason; ``load()``: imports it (only when
-    selected) and returns its :class:`Impl`.
+    ``backend``: its name (one of :data:`KERNEL_BACKENDS`); ``unavailable(device)``: None when it
+    can run on ``device``, else the reason; ``load()``: imports it (only when selected) and returns
+    its :class:`Impl`; ``auto(device)``: whether ``auto`` may pick it there (False where it only
+    runs emulated, as Triton's CPU interpreter).
     """
 
     backend: str
     unavailable: Callable[[torch.device], str | None]
     load: Callable[[], Impl]
+    auto: Callable[[torch.device], bool] = _always
 
 
 @dataclass(frozen=True)
@@ -75,20 +94,31 @@ class Op:
 
     ``flops(*args) -> {term: FLOPs}``: the op's arguments with each tensor replaced by its shape
     (a tuple; None stays None). Convention: one multiply-add is one FLOP; elementwise ops and
-    softmax one FLOP per output element.
+    softmax one FLOP per output element. ``outputs``: how many tensors it returns.
     """
 
     name: str
     arguments: str
-    reference: Callable[..., torch.Tensor]
-    fake: Callable[..., torch.Tensor]
+    reference: Callable
+    torch: Callable
+    export: Callable
+    fake: Callable
     flops: Callable[..., Mapping[str, int]]
     kernels: tuple[Kernel, ...] = ()
-    custom_op: Callable[..., torch.Tensor] = field(default=None, repr=False, compare=False)
+    outputs: int = 1
+    custom_op: Callable = field(default=None, repr=False, compare=False)
 
-    def __call__(self, *args, backend: str) -> torch.Tensor:
-        """Run the custom op; ``backend`` is a resolved name (``'torch'`` or a kernel's)."""
-        return self.custom_op(*args, backend)
+    def __call__(self, *args, backend: str):
+        """Run the custom op; ``backend`` is a resolved name (``'torch'`` or a kernel's). Returns a
+        tensor, or a tuple for an op with several outputs. Residuals are kept only when autograd
+        will need them (grad mode on, a tensor argument requiring grad, not exporting)."""
+        keep = (
+            torch.is_grad_enabled()
+            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+            and not torch.compiler.is_exporting()
+        )
+        outputs = self.custom_op(*args, backend, keep)[: self.outputs]
+        return outputs[0] if self.outputs == 1 else tuple(outputs)
 
     def kernel(self, backend: str) -> Kernel | None:
         return next((k for k in self.kernels if k.backend == backend), None)
@@ -101,25 +131,33 @@ def register(
     name: str,
     *,
     arguments: str,
-    reference: Callable[..., torch.Tensor],
-    fake: Callable[..., torch.Tensor],
+    reference: Callable,
+    fake: Callable,
     flops: Callable[..., Mapping[str, int]],
+    returns: str = "Tensor",
+    torch: Callable | None = None,
+    export: Callable | None = None,
     kernels: Sequence[Kernel] = (),
 ) -> Op:
     """Register op ``name`` and define its custom op ``ppma::<name>``; returns the :class:`Op`.
 
     ``arguments``: the op's arguments in ``torch.library`` schema syntax (``Tensor``,
-    ``Tensor?``, ``str``, ``bool``, ``int``, ``float``), in the order ``reference``, ``fake``,
-    ``flops`` and the kernels take them; the op returns one tensor. The custom op appends
-    ``str backend``.
+    ``Tensor?``, ``str``, ``bool``, ``int``, ``float``, ``ScalarType``), in the order
+    ``reference``, ``torch``, ``export``, ``fake``, ``flops`` and the kernels take them;
+    ``returns``: ``"Tensor"`` or a tuple such as ``"(Tensor, Tensor)"``, what those functions
+    return. ``torch``: the forward of the ``'torch'`` backend (default ``reference``); ``export``:
+    the form :func:`export_decompositions` gives (default ``torch``).
     """
     if name in _OPS:
         raise ValueError(f"op {name!r} is already registered")
     for kernel in kernels:
-        if kernel.backend not in BACKENDS[2:]:
-            raise ValueError(f"op {name!r}: kernel backend {kernel.backend!r} is not one of {BACKENDS[2:]}")
-    custom_op = define_custom_op(name, arguments, fake, lambda backend: implementation(get_op(name), backend))
-    op = Op(name, arguments, reference, fake, flops, tuple(kernels), custom_op)
+        if kernel.backend not in KERNEL_BACKENDS:
+            raise ValueError(f"op {name!r}: kernel backend {kernel.backend!r} is not one of {KERNEL_BACKENDS}")
+    torch_forward = torch or reference
+    outputs = output_count(returns)
+    custom_op = define_custom_op(name, arguments, outputs, fake, lambda backend: implementation(get_op(name), backend))
+    op = Op(name, arguments, reference, torch_forward, export or torch_forward, fake, flops, tuple(kernels), outputs,
+            custom_op)
     _OPS[name] = op
     return op
 
@@ -138,11 +176,31 @@ def get_op(name: str) -> Op:
 def implementation(op: Op, backend: str) -> Impl:
     """The :class:`Impl` of ``op`` for a resolved ``backend``."""
     if backend == "torch":
-        return Impl(op.reference, functools.partial(reference_backward, op.name, op.arguments, op.reference))
+        return Impl(lambda *args: (op.torch(*args), ()), functools.partial(torch_backward, op.name, op.arguments, op.torch))
     kernel = op.kernel(backend)
     if kernel is None:
         raise RuntimeError(f"op '{op.name}' has no '{backend}' kernel")
     return kernel.load()
+
+
+def export_decompositions() -> dict:
+    """``{torch.ops.ppma.<name>.default: decomposition}`` for every op, for
+    ``ExportedProgram.run_decompositions``: each ``ppma::<name>`` node becomes the op's ``export``
+    form, whatever backend it was traced with. Export in inference (``torch.export`` does: the
+    ops keep no residuals there)."""
+
+    def decomposition(op: Op):
+        def decompose(*args):
+            *op_args, backend, keep_residuals = args
+            if keep_residuals:
+                raise RuntimeError(f"ppma::{op.name} was traced keeping residuals for autograd; export it "
+                                   f"under torch.export (which keeps none) or torch.no_grad()")
+            outputs = op.export(*op_args)
+            return [outputs] if op.outputs == 1 else list(outputs)
+
+        return decompose
+
+    return {getattr(torch.ops.ppma, name).default: decomposition(op) for name, op in _OPS.items()}
 
 
 def requested_backend() -> str:
@@ -164,9 +222,11 @@ def _unavailable(op: Op, backend: str, device: torch.device) -> str | None:
 def select_backend(op: str, device: torch.device | str, backend: str | None = None) -> str:
     """Resolve the backend of ``op`` on ``device``: the ``backend`` argument, else ``PPMA_BACKEND``.
 
-    Returns ``'torch'`` or a kernel's backend name. Raises ``RuntimeError`` naming the reason when
-    a kernel is forced but cannot run, ``ValueError`` for an unknown backend or op. Under
-    ``torch.compile`` it runs once, when compiling: the compiled graph keeps its answer.
+    Returns ``'torch'`` or a kernel's backend name. ``auto``: the first kernel of the op that can
+    run on ``device`` and whose ``auto(device)`` allows it, else ``'torch'``. Raises
+    ``RuntimeError`` naming the reason when a kernel is forced but cannot run, ``ValueError`` for
+    an unknown backend or op. Under ``torch.compile`` it runs once, when compiling: the compiled
+    graph keeps its answer.
     """
     name = requested_backend() if backend is None else backend
     if name not in BACKENDS:
@@ -179,15 +239,17 @@ def select_backend(op: str, device: torch.device | str, backend: str | None = No
         if reason is not None:
             raise RuntimeError(f"backend '{name}' was forced for {op} but is unavailable: {reason}")
         return name
-    return next((k.backend for k in entry.kernels if k.unavailable(device) is None), "torch")
+    usable = (k.backend for k in entry.kernels if k.unavailable(device) is None and k.auto(device))
+    return next(usable, "torch")
 
 
 def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, str]]:
     """Per registered op: the backend selected on ``device`` (``PPMA_BACKEND``, else auto) and,
-    per kernel backend, ``'available'``, the reason it is not, or ``'no kernel'``.
+    per kernel backend, ``'available'``, ``'available (not picked by auto)'``, the reason it is
+    not, or ``'no kernel'``.
 
     >>> backend_report("cpu")["polyline_scan"]
-    {'selected': 'torch', 'triton': "Triton kernels run on CUDA tensors (or on CPU with ...)"}
+    {'selected': 'torch', 'cpu': 'no kernel', 'triton': "Triton kernels run on CUDA tensors (or ...)"}
     """
     device = torch.device(device)
     report = {}
@@ -197,9 +259,11 @@ def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, st
         except (RuntimeError, ValueError) as err:
             selected = f"error: {err}"
         row = {"selected": selected}
-        for backend in BACKENDS[2:]:
+        for backend in KERNEL_BACKENDS:
             kernel = op.kernel(backend)
             reason = "no kernel" if kernel is None else kernel.unavailable(device)
-            row[backend] = "available" if reason is None else reason
+            if reason is None:
+                reason = "available" if kernel.auto(device) else "available (not picked by auto)"
+            row[backend] = reason
         report[name] = row
     return report

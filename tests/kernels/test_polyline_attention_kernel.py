@@ -27,6 +27,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
 
 from ppma.ops import polyline_attention, polyline_attention_reference  # noqa: E402
 from ppma.ops.registry import get_op, implementation  # noqa: E402
+from ppma.kernels.polyline_attention import vanilla  # noqa: E402
 from ppma.ops.polyline_attention.flex import polyline_attention_flex  # noqa: E402
 
 attention_triton = functools.partial(polyline_attention, backend="triton")
@@ -146,11 +147,35 @@ def test_backward_fake_describes_the_backward(kind, grid):
     inputs = make_inputs(grid, torch.float16)
     grad = torch.randn(inputs[2].shape, device=DEVICE).to(torch.float16)
     impl = implementation(get_op("polyline_attention"), "triton")
-    real = impl.backward(grad, *inputs, kind, "official")
-    fake = impl.backward_fake(grad, *inputs, kind, "official")
+    out, residuals = impl.forward(*inputs, kind, "official")
+    fakes = impl.residuals_fake(*inputs, kind, "official")
+    assert [(r.shape, r.dtype) for r in residuals] == [(f.shape, f.dtype) for f in fakes]
+    real = impl.backward((grad,), (out, *residuals), *inputs, kind, "official")
+    fake = impl.backward_fake((grad,), (out, *residuals), *inputs, kind, "official")
     assert len(real) == len(fake) == len([t for t in inputs if t is not None])
     for r, f in zip(real, fake):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+
+
+class LaunchCounter:
+    """Stands in for a ``@triton.jit`` kernel and counts its launches (``kernel[grid](...)``)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("form", ["official", "paper"])
+def test_vanilla_backward_launches_no_forward_kernel(form, monkeypatch):
+    """The forward keeps its log-sum-exps (and the V2H output) as residuals: one forward launch
+    per forward + backward, gradients still the reference's."""
+    forward_kernel = LaunchCounter(vanilla._fwd_kernel)
+    monkeypatch.setattr(vanilla, "_fwd_kernel", forward_kernel)
+    check(make_inputs((3, 7), torch.float32), "vanilla", form)
+    assert forward_kernel.launches == 1
 
 
 def test_flex_attention_matches_reference():

@@ -22,7 +22,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
         "Triton kernels need a CUDA device or TRITON_INTERPRET=1 (CPU interpreter)", allow_module_level=True
     )
 
-from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd  # noqa: E402
+from ppma.kernels.selective_scan import scan, selective_scan_bwd, selective_scan_fwd  # noqa: E402
 from ppma.ops import selective_scan  # noqa: E402
 from ppma.ops.selective_scan import selective_scan_reference  # noqa: E402
 from ppma.ops.selective_scan.reference import random_inputs  # noqa: E402
@@ -74,8 +74,8 @@ def test_kernels_match_reference(batch, dim, n_state, length, groups, chunk, opt
     grad_y = torch.randn(batch, dim, length, device=DEVICE).to(dtype)
     grad_last = torch.randn(batch, dim, n_state, device=DEVICE)
     args = [inputs[k] for k in NAMES]
-    y, last = selective_scan_fwd(*args, delta_softplus=softplus, chunk=chunk)
-    grads = selective_scan_bwd(grad_y, grad_last, *args, delta_softplus=softplus, chunk=chunk)
+    y, last, states = selective_scan_fwd(*args, delta_softplus=softplus, chunk=chunk)
+    grads = selective_scan_bwd(grad_y, grad_last, states, *args, delta_softplus=softplus, chunk=chunk)
     actual = [y, last, *[g for g in grads if g is not None]]
     check(actual, reference(inputs, softplus, grad_y.float(), grad_last), inputs, seed)
 
@@ -87,7 +87,7 @@ def test_forward_of_a_56x56_route():
     seed = torch.initial_seed()
     inputs = random_inputs(1, 2, 2, 3136, 1, torch.float32, DEVICE, D=True, z=True, delta_bias=True,
                            delta_softplus=True)
-    y, last = selective_scan_fwd(*[inputs[k] for k in NAMES], delta_softplus=True)
+    y, last, _ = selective_scan_fwd(*[inputs[k] for k in NAMES], delta_softplus=True)
     want_y, want_last = selective_scan_reference(**{k: inputs[k] for k in NAMES}, delta_softplus=True)
     assert rel_err(y, want_y) <= 1e-5, f"seed {seed}: y relative error {rel_err(y, want_y):.3g}"
     assert rel_err(last, want_last) <= 1e-5, f"seed {seed}: last state relative error {rel_err(last, want_last):.3g}"
@@ -107,6 +107,31 @@ def test_op_dispatches_to_the_kernels():
     check([y, last, *grads], reference(inputs, True, grad_y, grad_last), inputs, seed)
 
 
+class LaunchCounter:
+    """Stands in for a ``@triton.jit`` kernel and counts its launches (``kernel[grid](...)``)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+def test_backward_does_not_scan_again(monkeypatch):
+    """The forward keeps its chunk-start states as the op's residual: one forward launch per
+    forward+backward, and ``y`` alone (no ``last_state``) still gets every gradient."""
+    inputs = random_inputs(1, 4, 2, 11, 1, torch.float32, DEVICE, D=True)
+    leaves = {k: None if v is None else v.detach().clone().requires_grad_() for k, v in inputs.items()}
+    forward_kernel = LaunchCounter(scan._selective_scan_fwd_kernel)
+    monkeypatch.setattr(scan, "_selective_scan_fwd_kernel", forward_kernel)
+    y, last = selective_scan(**leaves, return_last_state=True, backend="triton")
+    grads = torch.autograd.grad(y.square().sum(), [v for v in leaves.values() if v is not None])
+    assert forward_kernel.launches == 1
+    y_ref = selective_scan_reference(**inputs)[0]
+    check([y, last, *grads], reference(inputs, False, 2 * y_ref, torch.zeros(1, 4, 2)), inputs, torch.initial_seed())
+
+
 def test_large_decay_stays_finite():
     """``dt * |A|`` up to 50: no overflow, no NaN, forward and backward."""
     seed = torch.initial_seed()
@@ -115,7 +140,8 @@ def test_large_decay_stays_finite():
     inputs["delta"] = torch.rand(1, 4, 97, device=DEVICE) * 0.5 + 0.5
     grad_y, grad_last = torch.randn(1, 4, 97, device=DEVICE), torch.randn(1, 4, 2, device=DEVICE)
     args = [inputs[k] for k in NAMES]
-    actual = [*selective_scan_fwd(*args, chunk=10), *selective_scan_bwd(grad_y, grad_last, *args, chunk=10)]
+    y, last, states = selective_scan_fwd(*args, chunk=10)
+    actual = [y, last, *selective_scan_bwd(grad_y, grad_last, states, *args, chunk=10)]
     actual = [t for t in actual if t is not None]
     assert all(torch.isfinite(t).all() for t in actual), f"seed {seed}: non-finite values"
     check(actual, reference(inputs, False, grad_y, grad_last), inputs, seed)
@@ -133,7 +159,7 @@ def test_fp16_inputs_with_fp32_output_do_not_overflow():
     expected, _ = selective_scan_reference(*[a.cpu() if a is not None else None for a in args],
                                            out_dtype=torch.float32)
     assert expected.abs().max() > 65504, f"seed {seed}: the case does not overflow fp16"
-    y, _ = selective_scan_fwd(*args, out_dtype=torch.float32)
+    y, *_ = selective_scan_fwd(*args, out_dtype=torch.float32)
     assert y.dtype == torch.float32 and torch.isfinite(y).all(), f"seed {seed}"
     assert rel_err(y, expected) <= 1e-5, f"seed {seed}: {rel_err(y, expected):.3g}"
     assert torch.isinf(selective_scan_fwd(*args)[0]).any(), f"seed {seed}: fp16 output"
@@ -146,8 +172,9 @@ def test_bf16_matches_reference():
     grad_y = torch.randn(2, 64, 197, device=DEVICE).to(torch.bfloat16)
     grad_last = torch.randn(2, 64, 16, device=DEVICE)
     args = [inputs[k] for k in NAMES]
-    actual = [*selective_scan_fwd(*args, delta_softplus=True),
-              *[g for g in selective_scan_bwd(grad_y, grad_last, *args, delta_softplus=True) if g is not None]]
+    y, last, states = selective_scan_fwd(*args, delta_softplus=True)
+    grads = selective_scan_bwd(grad_y, grad_last, states, *args, delta_softplus=True)
+    actual = [y, last, *[g for g in grads if g is not None]]
     check(actual, reference(inputs, True, grad_y.float(), grad_last), inputs, seed)
 
 
@@ -160,7 +187,7 @@ from ppma.kernels.selective_scan import scan
 
 io = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
 out = {}
-for kernel, flags in [(scan._selective_scan_fwd_kernel, dict(STORE_Y=True, STORE_CKPT=True)),
+for kernel, flags in [(scan._selective_scan_fwd_kernel, dict()),
                       (scan._selective_scan_bwd_kernel, dict(HAS_GLAST=True))]:
     for dtype, block_n in [("*bf16", 1), ("*fp32", 16)]:
         consts = dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, **flags,

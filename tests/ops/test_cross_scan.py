@@ -58,8 +58,8 @@ def test_data_movement_costs_no_flops():
 
 def test_custom_ops_pass_opcheck():
     ops = registered_ops()
-    torch.library.opcheck(ops["cross_scan"].custom_op, (torch.randn(2, 3, 5, 7, requires_grad=True), "torch"))
-    torch.library.opcheck(ops["cross_merge"].custom_op, (torch.randn(2, 4, 3, 5, 7, requires_grad=True), "torch"))
+    torch.library.opcheck(ops["cross_scan"].custom_op, (torch.randn(2, 3, 5, 7, requires_grad=True), "torch", True))
+    torch.library.opcheck(ops["cross_merge"].custom_op, (torch.randn(2, 4, 3, 5, 7, requires_grad=True), "torch", True))
 
 
 def test_compile_sees_one_node_each_and_matches_eager():

@@ -30,7 +30,8 @@ def calls(grid):
 @pytest.mark.parametrize("grid", [(3, 5), (2, 3, 2)], ids=str)
 def test_opcheck(grid):
     for name, _, args in calls(grid):
-        torch.library.opcheck(getattr(torch.ops.ppma, name).default, (*args, "torch"))
+        for keep_residuals in (False, True):
+            torch.library.opcheck(getattr(torch.ops.ppma, name).default, (*args, "torch", keep_residuals))
 
 
 @pytest.mark.parametrize("index", range(4))

@@ -125,16 +125,19 @@ def test_flops_hand_count():
     """batch 2, dim 6, N 4, L 5: 9 * 2*6*4*5 = 2160 for the scan, 2*6*5 = 60 each for D and z."""
     flops = registered_ops()["selective_scan"].flops
     shapes = dict(u=(2, 6, 5), delta=(2, 6, 5), A=(6, 4), B=(2, 2, 4, 5), C=(2, 2, 4, 5))
-    assert flops(*shapes.values(), (6,), (2, 6, 5), (6,), True, False, torch.float32) == dict(scan=2160, D=60, z=60)
-    assert flops(*shapes.values(), None, None, None, False, True, torch.float32) == dict(scan=2160)
+    assert flops(*shapes.values(), (6,), (2, 6, 5), (6,), True, torch.float32) == dict(scan=2160, D=60, z=60)
+    assert flops(*shapes.values(), None, None, None, False, torch.float32) == dict(scan=2160)
 
 
-@pytest.mark.parametrize("return_last_state", [False, True])
-def test_custom_op_passes_opcheck(return_last_state):
+@pytest.mark.parametrize("keep_residuals", [False, True])
+def test_custom_op_passes_opcheck(keep_residuals):
+    """The op returns ``(y, last_state)`` side by side, unpacked."""
     inputs = random_inputs(1, 4, 2, 6, 2, **ALL)
     args = [inputs[k].requires_grad_() for k in NAMES]
     op = registered_ops()["selective_scan"].custom_op
-    torch.library.opcheck(op, (*args, True, return_last_state, torch.float32, "torch"))
+    torch.library.opcheck(op, (*args, True, torch.float32, "torch", keep_residuals))
+    y, last = op(*args, True, torch.float32, "torch", keep_residuals)
+    assert (y.shape, y.dtype, last.shape, last.dtype) == ((1, 4, 6), torch.float32, (1, 4, 2), torch.float32)
 
 
 @pytest.mark.parametrize("return_last_state", [False, True])

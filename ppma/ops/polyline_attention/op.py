@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
@@ -51,24 +51,40 @@ def _autocast(*tensors):
 
 
 def _load_triton() -> Impl:
+    """The fused kernels. The vanilla kind keeps its softmax statistics (and, official form, the
+    V2H output) as residuals and needs its output in the backward; the criss-cross kind keeps
+    none (its backward runs the line chains again, O(N C) memory)."""
     from ppma.kernels import polyline_attention as kernels
-
-    kernel = {"vanilla": (kernels.vanilla_attention_fwd, kernels.vanilla_attention_bwd),
-              "criss_cross": (kernels.criss_cross_attention_fwd, kernels.criss_cross_attention_bwd)}
+    from ppma.kernels.polyline_attention.vanilla import residual_shapes
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        return kernel[kind][0](*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form)
+        q, k, v = _autocast(q, k, v)
+        if kind == "vanilla":
+            return kernels.vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form)
+        return kernels.criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form), ()
 
-    def backward(grad, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        grads = kernel[kind][1](*_autocast(grad, q, k, v), log_alpha, log_beta, log_gamma, form)
+    def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        out, *residuals = residuals
+        grad, *qkv = _autocast(grads[0], q, k, v)
+        decays = (log_alpha, log_beta, log_gamma)
+        if kind == "vanilla":
+            grads = kernels.vanilla_attention_bwd(grad, out, residuals, *qkv, *decays, form)
+        else:
+            grads = kernels.criss_cross_attention_bwd(grad, *qkv, *decays, form)
         inputs = [t for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
         return [g.to(t.dtype) for g, t in zip(grads, inputs)]
 
-    def backward_fake(grad, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+    def residuals_fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        if kind != "vanilla":
+            return ()
+        shapes = residual_shapes(q.shape, v.shape[-1], form)
+        return tuple(q.new_empty(shape, dtype=torch.float32) for shape in shapes)
+
+    def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         return [torch.empty_like(t, memory_format=torch.contiguous_format)
                 for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
 
-    return Impl(forward, backward, backward_fake)
+    return Impl(forward, backward, backward_fake, residuals_fake, saves_outputs=True)
 
 
 OP = register(
@@ -77,7 +93,7 @@ OP = register(
     reference=polyline_attention_reference,
     fake=_fake,
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
 )
 
 

@@ -4,7 +4,9 @@ registered below with its FLOP formula.
 Both backends run the chunked path (:mod:`.chunked`), which never holds the whole grid's
 ``d x dv`` state: ``'torch'`` with the blocked PyTorch scan, ``'triton'`` with
 :func:`ppma.ops.polyline_scan`'s Triton kernel for the scans of every chunk. Gradients of
-both are those of the chunked path's own backward (per chunk, recomputed). :mod:`.reference`,
+both are those of the chunked path's own backward (an autograd function that recomputes each
+chunk's scans and backpropagates through them), reached by ``torch.func.vjp``: the chunked
+forward keeps nothing but its inputs, so there are no residuals to hand over. :mod:`.reference`,
 which forms every token's state at once, is the oracle of the tests.
 """
 from __future__ import annotations
@@ -14,13 +16,14 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
 from .._checks import check_decays, check_grid_tensor
-from .._custom_op import reference_backward
+from .._custom_op import torch_backward
 from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, register, select_backend
 from .chunked import polyline_linear_attention_chunked
+from .reference import polyline_linear_attention_reference
 
 ARGUMENTS = "Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, float eps"
 
@@ -38,23 +41,24 @@ def _flops(q, k, v, log_alpha, log_beta, log_gamma, eps):
     }
 
 
-def _backward_fake(grad, q, k, v, log_alpha, log_beta, log_gamma, eps):
+def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
     return [torch.empty_like(t) for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
 
 
 def _load_triton() -> Impl:
-    forward = functools.partial(polyline_linear_attention_chunked, scan="triton")
-    backward = functools.partial(reference_backward, "polyline_linear_attention", ARGUMENTS, forward)
-    return Impl(forward, backward, _backward_fake)
+    chunked = functools.partial(polyline_linear_attention_chunked, scan="triton")
+    backward = functools.partial(torch_backward, "polyline_linear_attention", ARGUMENTS, chunked)
+    return Impl(lambda *args: (chunked(*args), ()), backward, _backward_fake)
 
 
 OP = register(
     "polyline_linear_attention",
     arguments=ARGUMENTS,
-    reference=polyline_linear_attention_chunked,
+    reference=polyline_linear_attention_reference,
+    torch=polyline_linear_attention_chunked,
     fake=lambda q, k, v, *rest: torch.empty_like(v),
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
 )
 
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
 from .._checks import ORDERS, check_choice, check_decays, check_grid_tensor
 from ..registry import Impl, Kernel, register, select_backend
@@ -27,16 +27,22 @@ def _flops(x, log_alpha, log_beta, order, log_gamma):
     return {"scan": math.prod(x) * axes * (2 if order == "both" else 1) * FLOPS_PER_ELEMENT_AXIS_ORDER}
 
 
-def _triton_backward_fake(grad, x, log_alpha, log_beta, order, log_gamma):
-    """The kernel's gradient layouts: ``dx`` like ``grad`` (in ``x.dtype``), decay gradients like the decays."""
-    decays = [log_alpha, log_beta] + ([log_gamma] if log_gamma is not None else [])
-    return [torch.empty_like(grad, dtype=x.dtype)] + [torch.empty_like(d) for d in decays]
-
-
 def _load_triton() -> Impl:
+    """The kernels keep no residuals: the backward recomputes each 1-D scan's input from ``x``."""
     from ppma.kernels import polyline_scan
 
-    return Impl(polyline_scan.forward, polyline_scan.backward, _triton_backward_fake)
+    def forward(*args):
+        return polyline_scan.forward(*args), ()
+
+    def backward(grads, residuals, *args):
+        return polyline_scan.backward(grads[0], *args)
+
+    def backward_fake(grads, residuals, x, log_alpha, log_beta, order, log_gamma):
+        """``dx`` like the gradient (in ``x.dtype``), decay gradients like the decays."""
+        decays = [log_alpha, log_beta] + ([log_gamma] if log_gamma is not None else [])
+        return [torch.empty_like(grads[0], dtype=x.dtype)] + [torch.empty_like(d) for d in decays]
+
+    return Impl(forward, backward, backward_fake)
 
 
 OP = register(
@@ -45,7 +51,7 @@ OP = register(
     reference=polyline_scan_reference,
     fake=lambda x, log_alpha, log_beta, order, log_gamma: torch.empty_like(x),
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
 )
 
 

@@ -1,29 +1,28 @@
 """Public :func:`selective_scan`: the custom op ``ppma::selective_scan``, registered below with its
 Triton kernel (``ppma.kernels.selective_scan``) and its FLOP formula.
 
-Backends: ``'torch'`` runs the chunked PyTorch scan (:mod:`.chunked`; its gradient by
-``torch.func.vjp``), ``'triton'`` the kernels. The sequential :mod:`.reference` is the oracle of
-the tests only: one Python step per time step is too slow to train with.
-
-Registered ops return one tensor, so with ``return_last_state`` the op returns ``y`` (in fp32)
-and the last state side by side, ``(batch, dim, L + N)``; :func:`selective_scan` splits them and
-casts ``y`` to ``out_dtype`` (the same single rounding as writing ``out_dtype`` directly).
+The op returns ``(y, last_state)``. Backends: ``'torch'`` runs the chunked PyTorch scan
+(:mod:`.chunked`; its gradient by ``torch.func.vjp``), ``'triton'`` the kernels: the forward
+keeps the state at every chunk start as its residual, so the backward does not scan again. The
+sequential :mod:`.reference` is the oracle of the tests only: one Python step per time step is
+too slow to train with.
 """
 from __future__ import annotations
 
 import torch
 
-from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
 from ..registry import Impl, Kernel, register, select_backend
 from .chunked import selective_scan_chunked
+from .reference import selective_scan_reference
 
 # Mamba's count per (batch, channel, state, step): discretization, recurrence and output sum
 # (github.com/state-spaces/mamba/issues/110); the D skip and the z gate add one per output.
 FLOPS_PER_STATE_STEP = 9
 
 
-def _flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
+def _flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
     batch, dim, length = u
     terms = {"scan": FLOPS_PER_STATE_STEP * batch * dim * A[1] * length}
     if D is not None:
@@ -33,49 +32,45 @@ def _flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_stat
     return terms
 
 
-def _fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
-    if return_last_state:
-        return u.new_empty(*u.shape[:2], u.shape[2] + A.shape[1], dtype=torch.float32)
-    return u.new_empty(u.shape, dtype=out_dtype)
-
-
-def _pack(y: torch.Tensor, last: torch.Tensor, return_last_state: bool) -> torch.Tensor:
-    """The op's output: ``y``, or ``[y (fp32) | last_state]`` along the last dim."""
-    return torch.cat([y.float(), last], dim=-1) if return_last_state else y
-
-
-def _torch_forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
-    y, last = selective_scan_chunked(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
-    return _pack(y, last, return_last_state)
+def _fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
+    """``y`` ``(batch, dim, L)`` in ``out_dtype`` and the fp32 last state ``(batch, dim, N)``."""
+    return u.new_empty(u.shape, dtype=out_dtype), u.new_empty(*u.shape[:2], A.shape[1], dtype=torch.float32)
 
 
 def _load_triton() -> Impl:
-    from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd
+    from ppma.kernels.selective_scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
 
-    def forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
-        y_dtype = torch.float32 if return_last_state else out_dtype
-        y, last = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, y_dtype)
-        return _pack(y, last, return_last_state)
+    def forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
+        y, last, chunk_states = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
+        return (y, last), (chunk_states,)
 
-    def backward(grad, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, out_dtype):
-        length = u.shape[-1]
-        grad_y, grad_last = (grad[..., :length], grad[..., length:]) if return_last_state else (grad, None)
-        grads = selective_scan_bwd(grad_y, grad_last, u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    def backward(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
+        grads = selective_scan_bwd(*grads, residuals[0], u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         return [g for g in grads if g is not None]
 
-    return Impl(forward, backward)
+    def residuals_fake(u, delta, A, *rest):
+        return (u.new_empty(chunk_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
+
+    def backward_fake(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
+        """Contiguous gradients shaped and typed like the present inputs."""
+        return [torch.empty_like(t, memory_format=torch.contiguous_format)
+                for t in (u, delta, A, B, C, D, z, delta_bias) if t is not None]
+
+    return Impl(forward, backward, backward_fake, residuals_fake)
 
 
 OP = register(
     "selective_scan",
     arguments=(
         "Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
-        "bool delta_softplus, bool return_last_state, ScalarType out_dtype"
+        "bool delta_softplus, ScalarType out_dtype"
     ),
-    reference=_torch_forward,
+    returns="(Tensor, Tensor)",
+    reference=selective_scan_reference,
+    torch=selective_scan_chunked,
     fake=_fake,
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton)],
+    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
 )
 
 
@@ -149,9 +144,5 @@ def selective_scan(
     out_dtype = out_dtype or getattr(u, "dtype", None)
     _check_inputs(u, delta, A, B, C, D, z, delta_bias, out_dtype)
     chosen = select_backend("selective_scan", u.device, backend)
-    out = OP(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), bool(return_last_state), out_dtype,
-             backend=chosen)
-    if not return_last_state:
-        return out
-    length = u.shape[-1]
-    return out[..., :length].to(out_dtype), out[..., length:]
+    y, last_state = OP(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), out_dtype, backend=chosen)
+    return (y, last_state) if return_last_state else y
