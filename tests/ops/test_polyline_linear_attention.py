@@ -66,7 +66,7 @@ def test_op_backends_and_opcheck(backend):
     want = values_and_grads(polyline_linear_attention_reference, inputs, grad)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7 * w.abs().max().item())
-    torch.library.opcheck(torch.ops.ppma.polyline_linear_attention.default, (*inputs, 1e-6, backend))
+    torch.library.opcheck(torch.ops.ppma.polyline_linear_attention.default, (*inputs, 1e-6, backend, True))
 
 
 def largest_saved_tensor(fn, inputs) -> int:
