@@ -9,12 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-# TRITON_INTERPRET=1 makes every Triton kernel available on the CPU, so backend selection would
-# run whole models (and the tools' subprocesses, which inherit the environment) through the
-# interpreter. Models and tools are tested on the PyTorch path; kernel tests ask for
-# backend='triton' (or set PPMA_BACKEND) themselves, and the registry's tests unset it.
-os.environ.setdefault("PPMA_BACKEND", "torch")
-
 # A micro PPMA config whose official-layout checkpoint the conversion tests write.
 CFG = dict(embed_dims=(16, 32, 64, 128), depths=(1, 2, 1, 1), num_heads=(1, 2, 4, 8), mlp_ratios=(3, 4, 3, 3),
            layerscale=(False, False, True, True), num_classes=7)
