@@ -42,4 +42,4 @@ WRAPEOF
     pip_install "setuptools>=77.0.3"
 fi
 
-pip_install -e ".[full]"
+pip_install -e ".[full,export]"
