@@ -14,6 +14,7 @@ from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
 from ..registry import Impl, Kernel, register, select_backend
+from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
 
 
@@ -93,7 +94,10 @@ OP = register(
     reference=polyline_attention_reference,
     fake=_fake,
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+    kernels=[
+        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("cpu", cpu.unavailable, cpu.load),
+    ],
 )
 
 

@@ -1,0 +1,175 @@
+"""CPU backend of ``ppma::polyline_attention``: the vanilla kind blocked over queries.
+
+The polyline log mask is a sum of three 1-D log masks (:mod:`ppma.ops.polyline_mask.reference`),
+each ``O(N^1.5)``: ``la[t, i, j, l]`` along row ``i`` (W axis), ``lb[t, i, k, l]`` along column
+``l`` (H axis), ``lg[k, l, t, s]`` along the depth line at ``(k, l)`` (T axis, 3-D only). For
+query ``(t, i, j)`` and key ``(s, k, l)`` the V2H log mask is ``la[t,i,j,l] + lb[t,i,k,l] +
+lg[k,l,t,s]`` and the H2V one ``la[s,k,l,j] + lb[s,k,i,j] + lg[i,j,s,t]``. Each block of query
+rows builds its ``(rows * W, N)`` part of both from the 1-D masks, attends (the two official-form
+softmaxes share one logits block) and is freed: memory ``O(N * block)``, never ``N x N``.
+
+The backward runs the blocks again (no residuals) with the softmax gradients written out, sums
+the mask gradients back onto the 1-D masks, and takes those to the decays through the 1-D masks'
+autograd (``O(N^1.5)``). The criss-cross kind already stores only ``O(N^1.5)``: it runs the
+reference and its autograd gradient.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..polyline_mask.reference import log_mask_1d
+from ..registry import Impl
+from .reference import polyline_attention_reference
+
+# fp32 elements of one (queries x keys) block per (batch, head) pair; about 8 such blocks are live
+BLOCK_ELEMENTS = 1 << 21
+
+
+def unavailable(device: torch.device) -> str | None:
+    return None if torch.device(device).type == "cpu" else "the cpu backend runs on CPU tensors"
+
+
+def _line_masks(log_alpha, log_beta, log_gamma):
+    """The 1-D log masks ``(la, lb, lg)``: ``(B, h, T, H, W, W)``, ``(B, h, T, H, H, W)``,
+    ``(B, h, H, W, T, T)`` (``lg`` None on a 2-D grid, which is taken as ``T = 1``)."""
+    if log_gamma is None:
+        log_alpha, log_beta = log_alpha[:, :, None], log_beta[:, :, None]
+    la = log_mask_1d(log_alpha)
+    lb = log_mask_1d(log_beta.transpose(-1, -2)).permute(0, 1, 2, 4, 5, 3)
+    lg = None if log_gamma is None else log_mask_1d(log_gamma.permute(0, 1, 3, 4, 2))
+    return la, lb, lg
+
+
+def _block_masks(la, lb, lg, t, i0, i1):
+    """V2H and H2V log masks of the queries in rows ``i0:i1`` of frame ``t``, each
+    ``(B, h, rows, W, T, H, W)`` (query row, query column, key ``s, k, l``)."""
+    v2h = la[:, :, t, i0:i1, :, None, None, :] + lb[:, :, t, i0:i1, None, None, :, :]
+    h2v = la.permute(0, 1, 5, 2, 3, 4)[:, :, None] + lb[:, :, :, :, i0:i1].permute(0, 1, 4, 5, 2, 3)[..., None]
+    if lg is not None:
+        v2h = v2h + lg[:, :, :, :, t].permute(0, 1, 4, 2, 3)[:, :, None, None]
+        h2v = h2v + lg[:, :, i0:i1, :, :, t][..., None, None]
+    return v2h, h2v
+
+
+def _add_block_grads(grads, d_v2h, d_h2v, t, i0, i1):
+    """Add the gradients of one block's masks (shaped as :func:`_block_masks`) to ``grads``, the
+    gradients of ``(la, lb, lg)``: the adjoint of the broadcasts there."""
+    dla, dlb, dlg = grads
+    dla[:, :, t, i0:i1] += d_v2h.sum((4, 5))
+    dlb[:, :, t, i0:i1] += d_v2h.sum((3, 4))
+    dla += d_h2v.sum(2).permute(0, 1, 3, 4, 5, 2)
+    dlb[:, :, :, :, i0:i1] += d_h2v.sum(6).permute(0, 1, 4, 5, 2, 3)
+    if dlg is not None:
+        dlg[:, :, :, :, t] += d_v2h.sum((2, 3)).permute(0, 1, 3, 4, 2)
+        dlg[:, :, i0:i1, :, :, t] += d_h2v.sum((5, 6))
+
+
+def _blocks(q, block_elements):
+    """``(t, i0, i1)`` per block of query rows; ``q`` is ``(B, h, T, H, W, d)``."""
+    _, _, frames, height, width, _ = q.shape
+    n = frames * height * width
+    rows = max(1, min(height, block_elements // (width * n)))
+    return [(t, i0, min(i0 + rows, height)) for t in range(frames) for i0 in range(0, height, rows)]
+
+
+def _weights(logits, v2h, h2v, form):
+    """Attention weights ``(..., queries, N)`` of one block and what their backward needs."""
+    if form == "official":
+        p1, p2 = (logits + v2h).softmax(-1), (logits + h2v).softmax(-1)
+        return 0.5 * (p1 + p2), (p1, p2)
+    p, mask = logits.softmax(-1), v2h.exp() + h2v.exp()
+    return p * mask, (p, mask)
+
+
+def _as_3d(q, k, v, log_gamma):
+    """``(q, k, v)`` with a depth axis of 1 on a 2-D grid; ``k``, ``v`` flattened to ``(B, h, N, .)``."""
+    if log_gamma is None:
+        q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
+    return q, k.flatten(2, -2), v.flatten(2, -2)
+
+
+def _vanilla_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS):
+    """Vanilla polyline attention, ``O(N * block)`` memory; shapes as the reference's."""
+    shape = v.shape
+    masks = _line_masks(log_alpha, log_beta, log_gamma)
+    q, k, v = _as_3d(q, k, v, log_gamma)
+    kt = k.transpose(-1, -2)
+    out = v.new_empty(*q.shape[:-1], v.shape[-1])
+    for t, i0, i1 in _blocks(q, block_elements):
+        qb = q[:, :, t, i0:i1].flatten(2, 3)
+        logits = qb @ kt
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        v2h, h2v = (m.flatten(2, 3).flatten(3) for m in _block_masks(*masks, t, i0, i1))
+        attn, _ = _weights(logits, v2h, h2v, form)
+        out[:, :, t, i0:i1] = (attn.to(v.dtype) @ v).unflatten(2, (i1 - i0, q.shape[4]))
+    return out.reshape(shape)
+
+
+def _vanilla_backward(grad, q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS):
+    """Gradients of :func:`_vanilla_forward` for ``q, k, v`` and the decays given (not None)."""
+    decays = [d for d in (log_alpha, log_beta, log_gamma) if d is not None]
+    def line_masks(*decays):
+        return tuple(m for m in _line_masks(*decays, *([None] * (3 - len(decays)))) if m is not None)
+
+    masks, masks_vjp = torch.func.vjp(line_masks, *decays)
+    mask_grads = [torch.zeros_like(m) for m in masks]
+    masks, mask_grads = (*masks, None)[:3], (*mask_grads, None)[:3]
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    q, k, v = _as_3d(q, k, v, log_gamma)
+    grad = grad.reshape(*q.shape[:-1], v.shape[-1])
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    kt = k.transpose(-1, -2)
+    for t, i0, i1 in _blocks(q, block_elements):
+        qb, gb = q[:, :, t, i0:i1].flatten(2, 3), grad[:, :, t, i0:i1].flatten(2, 3)
+        logits = qb @ kt
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        block = _block_masks(*masks, t, i0, i1)
+        v2h, h2v = (m.flatten(2, 3).flatten(3) for m in block)
+        attn, saved = _weights(logits, v2h, h2v, form)
+        dv += attn.to(v.dtype).transpose(-1, -2) @ gb
+        d_attn = (gb @ v.transpose(-1, -2)).to(logits.dtype)
+        if form == "official":
+            d_v2h, d_h2v = (p * (0.5 * d_attn - (0.5 * d_attn * p).sum(-1, keepdim=True)) for p in saved)
+            d_logits = d_v2h + d_h2v
+        else:
+            p, mask = saved
+            dp = d_attn * mask
+            d_logits = p * (dp - (dp * p).sum(-1, keepdim=True))
+            d_mask = d_attn * p
+            d_v2h, d_h2v = d_mask * v2h.exp(), d_mask * h2v.exp()
+        d_logits = d_logits.to(q.dtype)
+        dq[:, :, t, i0:i1] = (d_logits @ k).unflatten(2, (i1 - i0, q.shape[4]))
+        dk += d_logits.transpose(-1, -2) @ qb
+        _add_block_grads(mask_grads, *(d.reshape(m.shape) for d, m in zip((d_v2h, d_h2v), block)), t, i0, i1)
+    d_decays = masks_vjp(tuple(g for g in mask_grads if g is not None))
+    return [dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(v_shape), *d_decays]
+
+
+def load() -> Impl:
+    """The CPU :class:`~ppma.ops.registry.Impl`; it keeps no residuals (the backward recomputes).
+    Under autocast the vanilla forward multiplies in autocast's dtype (as the reference) and its
+    backward runs with autocast off, in the inputs' dtype."""
+    from .op import _autocast
+
+    def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        if kind == "vanilla":
+            return _vanilla_forward(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
+        return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, kind, form), ()
+
+    def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        if kind == "vanilla":
+            with torch.autocast("cpu", enabled=False):
+                return _vanilla_backward(grads[0].to(v.dtype), q, k, v, log_alpha, log_beta, log_gamma, form)
+        tensors = [t for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+
+        def reference(q, k, v, *decays):
+            return polyline_attention_reference(q, k, v, *decays, *([None] * (3 - len(decays))), kind, form)
+
+        _, vjp = torch.func.vjp(reference, *tensors)
+        return list(vjp(grads[0]))
+
+    def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+        return [torch.empty_like(t, memory_format=torch.contiguous_format)
+                for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+
+    return Impl(forward, backward, backward_fake)

@@ -1,0 +1,80 @@
+"""The CPU backend against the plain reference: values and gradients, random odd grids."""
+import math
+
+import pytest
+import torch
+
+from ppma.ops import polyline_attention, polyline_attention_reference, select_backend
+from ppma.ops.polyline_attention import cpu
+
+CASES = [("vanilla", "official"), ("vanilla", "paper"), ("criss_cross", "official"), ("criss_cross", "paper")]
+GRIDS = [(7, 9), (9, 7), (1, 5), (3, 5, 4)]
+
+
+def make_inputs(grid, dtype, batch=1, heads=2, d=8, dv=5, seed=0):
+    """q, k, v laid out as the layer does (heads moved out of channels-last) and decays, all
+    requiring grad."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(batch, *grid, heads, d, generator=gen, dtype=dtype).movedim(-2, 1) for _ in range(2))
+    v = torch.randn(batch, *grid, heads, dv, generator=gen, dtype=dtype).movedim(-2, 1)
+    decays = [-2 * torch.rand(batch, heads, *grid, generator=gen, dtype=dtype) for _ in grid]
+    tensors = [t.requires_grad_() for t in (q, k, v, *decays)]
+    log_gamma = tensors[3] if len(grid) == 3 else None
+    return (*tensors[:3], tensors[-1], tensors[-2], log_gamma)
+
+
+def present(inputs):
+    return [t for t in inputs if t is not None]
+
+
+def test_auto_picks_cpu_on_cpu():
+    assert select_backend("polyline_attention", "cpu", "auto") == "cpu"
+    assert cpu.unavailable(torch.device("cpu")) is None
+    assert "CPU" in cpu.unavailable(torch.device("meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("kind,form", CASES)
+@pytest.mark.parametrize("grid", GRIDS, ids=str)
+def test_values_and_gradients_match_the_reference(grid, kind, form, dtype):
+    inputs = make_inputs(grid, dtype, batch=2 if grid == (9, 7) else 1)
+    want = polyline_attention_reference(*inputs, kind, form)
+    got = polyline_attention(*inputs, kind=kind, form=form, backend="cpu")
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(got, want, **tol)
+    grad = torch.randn_like(want)
+    torch.testing.assert_close(torch.autograd.grad(got, present(inputs), grad),
+                               torch.autograd.grad(want, present(inputs), grad), **tol)
+
+
+@pytest.mark.parametrize("form", ["official", "paper"])
+@pytest.mark.parametrize("grid", [(7, 9), (3, 5, 4)], ids=str)
+def test_vanilla_blocks_of_one_row_match_one_block(grid, form):
+    """Small blocks (one query row each) give the same values and gradients as a single block."""
+    inputs = make_inputs(grid, torch.float64, seed=1)
+    args = (*inputs, form)
+    grad = torch.randn_like(inputs[2])
+    with torch.no_grad():
+        small = cpu._vanilla_forward(*args, block_elements=1), cpu._vanilla_backward(grad, *args, block_elements=1)
+        whole = cpu._vanilla_forward(*args, block_elements=1 << 30), cpu._vanilla_backward(grad, *args,
+                                                                                          block_elements=1 << 30)
+    q3d = cpu._as_3d(*inputs[:3], inputs[5])[0]
+    assert len(cpu._blocks(q3d, 1)) == math.prod(grid[:-1])  # one per query row
+    torch.testing.assert_close(small, whole)
+    want = polyline_attention_reference(*inputs, "vanilla", form)
+    torch.testing.assert_close(small[0], want)
+    torch.testing.assert_close(list(small[1]), list(torch.autograd.grad(want, present(inputs), grad)))
+
+
+@pytest.mark.parametrize("kind,form", CASES)
+def test_autocast_multiplies_in_bfloat16_as_the_reference(kind, form):
+    inputs = make_inputs((5, 6), torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = polyline_attention(*inputs, kind=kind, form=form, backend="cpu")
+        want = polyline_attention_reference(*inputs, kind=kind, form=form)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    got_grads = torch.autograd.grad(got, present(inputs), grad)
+    assert [g.dtype for g in got_grads] == [torch.float32] * 5
+    torch.testing.assert_close(got_grads, torch.autograd.grad(want, present(inputs), grad), rtol=0.05, atol=0.05)
