@@ -23,6 +23,7 @@ from .._custom_op import torch_backward
 from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, register, select_backend
 from .chunked import polyline_linear_attention_chunked
+from .export import polyline_linear_attention_export
 from .reference import polyline_linear_attention_reference
 
 ARGUMENTS = "Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, float eps"
@@ -56,6 +57,7 @@ OP = register(
     arguments=ARGUMENTS,
     reference=polyline_linear_attention_reference,
     torch=polyline_linear_attention_chunked,
+    export=polyline_linear_attention_export,
     fake=lambda q, k, v, *rest: torch.empty_like(v),
     flops=_flops,
     kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],

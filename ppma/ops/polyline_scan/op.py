@@ -15,6 +15,7 @@ from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable
 
 from .._checks import ORDERS, check_choice, check_decays, check_grid_tensor
 from ..registry import Impl, Kernel, register, select_backend
+from .export import polyline_scan_export
 from .reference import polyline_scan_reference
 
 # Per element of x, grid axis and path order: two decayed recurrences (a multiply-add each)
@@ -49,6 +50,7 @@ OP = register(
     "polyline_scan",
     arguments="Tensor x, Tensor log_alpha, Tensor log_beta, str order, Tensor? log_gamma",
     reference=polyline_scan_reference,
+    export=polyline_scan_export,
     fake=lambda x, log_alpha, log_beta, order, log_gamma: torch.empty_like(x),
     flops=_flops,
     kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],

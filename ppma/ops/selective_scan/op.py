@@ -15,6 +15,7 @@ from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable
 
 from ..registry import Impl, Kernel, register, select_backend
 from .chunked import selective_scan_chunked
+from .export import selective_scan_export
 from .reference import selective_scan_reference
 
 # Mamba's count per (batch, channel, state, step): discretization, recurrence and output sum
@@ -68,6 +69,7 @@ OP = register(
     returns="(Tensor, Tensor)",
     reference=selective_scan_reference,
     torch=selective_scan_chunked,
+    export=selective_scan_export,
     fake=_fake,
     flops=_flops,
     kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
