@@ -4,7 +4,8 @@
         [--features] [--threads 2] [--backends torch cpu] [--repeats 5] [--top 12] [--rss]
 
 Per model, in one process: inference (``torch.inference_mode``) on random inputs, the backends of
-``--backends`` (``PPMA_BACKEND``) interleaved ``--repeats`` times after one warm-up each; prints
+``--backends`` (``PPMA_BACKEND``: ``torch``, the plain reference of every op, or ``auto``, the CPU
+kernels where an op has one) interleaved ``--repeats`` times after one warm-up each; prints
 each backend's median seconds and its ratio to the first backend's. Then, on the last backend,
 one run under ``torch.profiler`` (the ``--top`` ops by self CPU time) and one with forward hooks
 (inclusive seconds per module class, summed over the modules of that class that are not inside
@@ -107,7 +108,7 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--features", action="store_true", help="the features_only backbone")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--backends", nargs="+", default=["torch", "cpu"], choices=["torch", "cpu"])
+    parser.add_argument("--backends", nargs="+", default=["torch", "auto"], choices=["torch", "auto"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--top", type=int, default=12, help="ops listed by the profiler (0: none)")
     parser.add_argument("--rss", action="store_true", help="peak RSS increase per backend instead")
