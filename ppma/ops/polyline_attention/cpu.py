@@ -10,10 +10,13 @@ softmaxes share one logits block) and is freed: memory ``O(N * block)``, never `
 
 The backward runs the blocks again (no residuals) with the softmax gradients written out, sums
 the mask gradients back onto the 1-D masks, and takes those to the decays through the 1-D masks'
-autograd (``O(N^1.5)``). The criss-cross kind already stores only ``O(N^1.5)``: it runs the
-reference and its autograd gradient.
+autograd (``O(N^1.5)``). The criss-cross kind stores ``O(N^1.5)`` weights: small grids run the
+reference; large ones rebuild each axis' 1-D weights per chunk of lines (``O(block)`` memory).
+Its gradient is autograd through the reference (``O(N^1.5)`` memory, as the torch backend).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -21,8 +24,8 @@ from ..polyline_mask.reference import log_mask_1d
 from ..registry import Impl
 from .reference import polyline_attention_reference
 
-# fp32 elements of one (queries x keys) block per (batch, head) pair; about 8 such blocks are live
-BLOCK_ELEMENTS = 1 << 21
+# fp32 elements of one (B, heads, queries, keys) block (32 MB); about 8 such blocks are live
+BLOCK_ELEMENTS = 1 << 23
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -65,10 +68,11 @@ def _add_block_grads(grads, d_v2h, d_h2v, t, i0, i1):
 
 
 def _blocks(q, block_elements):
-    """``(t, i0, i1)`` per block of query rows; ``q`` is ``(B, h, T, H, W, d)``."""
-    _, _, frames, height, width, _ = q.shape
+    """``(t, i0, i1)`` per block of query rows (at least one row, else at most ``block_elements``
+    weights a block); ``q`` is ``(B, h, T, H, W, d)``."""
+    batch, heads, frames, height, width, _ = q.shape
     n = frames * height * width
-    rows = max(1, min(height, block_elements // (width * n)))
+    rows = max(1, min(height, block_elements // (batch * heads * width * n)))
     return [(t, i0, min(i0 + rows, height)) for t in range(frames) for i0 in range(0, height, rows)]
 
 
@@ -145,6 +149,48 @@ def _vanilla_backward(grad, q, k, v, log_alpha, log_beta, log_gamma, form, block
     return [dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(v_shape), *d_decays]
 
 
+def _axis_apply(q, k, y, log_decay, axis, form, block_elements):
+    """``A_axis y``: the 1-D masked attention along grid ``axis`` of ``(B, h, *grid, C)`` tensors
+    (as the reference's ``_axis_attention``) applied to ``y``, built for a chunk of lines at a
+    time, at most ``block_elements`` weights a chunk (one line at least)."""
+    q, k, y = (t.movedim(axis, -2) for t in (q, k, y))
+    shape, n = y.shape, y.shape[-2]
+    q, k, y = q.flatten(0, -3), k.flatten(0, -3), y.flatten(0, -3)  # (lines, n, C)
+    log_decay = log_decay.movedim(axis, -1).flatten(0, -2)  # (lines, n)
+    out = torch.empty_like(y)
+    step = max(1, block_elements // (n * n))
+    for start in range(0, y.shape[0], step):
+        lines = slice(start, start + step)
+        logits = q[lines] @ k[lines].transpose(-1, -2)
+        logits = logits if logits.dtype == torch.float64 else logits.float()
+        log_mask = log_mask_1d(log_decay[lines])
+        attn = (logits + log_mask).softmax(-1) if form == "official" else logits.softmax(-1) * log_mask.exp()
+        out[lines] = attn.to(y.dtype) @ y[lines]
+    return out.reshape(shape).movedim(-2, axis)
+
+
+def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS):
+    """Criss-cross polyline attention: the reference when its per-axis weights fit in
+    ``block_elements``, else (large grids) each axis' weights rebuilt per chunk of lines for
+    each of their two uses (twice the weight computation, ``O(block)`` memory)."""
+    grid = q.shape[2:-1]
+    weights = q.shape[0] * q.shape[1] * math.prod(grid) * sum(grid)
+    if weights <= block_elements:
+        return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, "criss_cross", form)
+    w_axis = q.dim() - 2
+    axes = [(log_beta, w_axis - 1), (log_alpha, w_axis)]
+    if log_gamma is not None:
+        axes.insert(0, (log_gamma, w_axis - 2))
+
+    def run(order):
+        y = v
+        for log_decay, axis in order:
+            y = _axis_apply(q, k, y, log_decay, axis, form, block_elements)
+        return y
+
+    return 0.5 * run(axes) + 0.5 * run(axes[::-1])
+
+
 def load() -> Impl:
     """The CPU :class:`~ppma.ops.registry.Impl`; it keeps no residuals (the backward recomputes).
     Under autocast the vanilla forward multiplies in autocast's dtype (as the reference) and its
@@ -154,7 +200,7 @@ def load() -> Impl:
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         if kind == "vanilla":
             return _vanilla_forward(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
-        return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, kind, form), ()
+        return _criss_cross_forward(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         if kind == "vanilla":
