@@ -26,6 +26,9 @@ from .reference import polyline_attention_reference
 
 # fp32 elements of one (B, heads, queries, keys) block (32 MB); about 8 such blocks are live
 BLOCK_ELEMENTS = 1 << 23
+# criss-cross weights (all axes, fp32: 128 MB) up to which the reference runs: building each
+# axis' weights once for the whole grid is about 2x faster than rebuilding them per chunk
+CRISS_CROSS_WHOLE = 1 << 25
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -169,13 +172,14 @@ def _axis_apply(q, k, y, log_decay, axis, form, block_elements):
     return out.reshape(shape).movedim(-2, axis)
 
 
-def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS):
-    """Criss-cross polyline attention: the reference when its per-axis weights fit in
-    ``block_elements``, else (large grids) each axis' weights rebuilt per chunk of lines for
-    each of their two uses (twice the weight computation, ``O(block)`` memory)."""
+def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS,
+                         whole=CRISS_CROSS_WHOLE):
+    """Criss-cross polyline attention: the reference when its weights (all axes) are at most
+    ``whole`` elements, else (large grids) each axis' weights rebuilt per chunk of lines of at
+    most ``block_elements`` for each of their two uses (``O(block)`` memory)."""
     grid = q.shape[2:-1]
     weights = q.shape[0] * q.shape[1] * math.prod(grid) * sum(grid)
-    if weights <= block_elements:
+    if weights <= whole:
         return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, "criss_cross", form)
     w_axis = q.dim() - 2
     axes = [(log_beta, w_axis - 1), (log_alpha, w_axis)]
