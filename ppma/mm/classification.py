@@ -23,7 +23,7 @@ from mmengine.model import is_model_wrapper
 from mmpretrain.models import TimmClassifier
 from mmpretrain.registry import HOOKS, MODELS
 
-from ppma.models.checkpoint import model_state_dict
+from ppma.models.checkpoint import load_strict, model_state_dict
 from ppma.models.family import checkpoint_filter_of, family_module
 
 from .backbone import _check_init_cfg
@@ -80,17 +80,9 @@ class PresetClassifier(TimmClassifier):
 
     def load_checkpoint(self, path: str) -> None:
         """Load an official or converted checkpoint of this preset into the timm model, strictly."""
-        own = self.model.state_dict()
-        try:
-            state = checkpoint_filter_of(self.model_name)(model_state_dict(read_checkpoint(path)), self.model)
-            resized = [k for k in ("head.fc.weight", "head.fc.bias")
-                       if k in state and k in own and state[k].shape != own[k].shape]
-            for k in resized:
-                state[k] = own[k]
-            self.model.load_state_dict(state, strict=True)
-        except (ValueError, RuntimeError) as err:  # RuntimeError: load_state_dict's key and shape checks
-            reason = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())  # one line
-            raise ValueError(f"checkpoint {path} does not fit {self.model_name!r}: {reason}") from err
+        state = load_strict(self.model, model_state_dict(read_checkpoint(path)), checkpoint_filter_of(self.model_name),
+                            source=f"checkpoint {path}", model_name=self.model_name, head_may_differ=True)
+        resized = [k for k in state.kept if k.startswith("head.fc.")]
         print_log(f"{self.model_name}: loaded {path}"
                   + (f"; the classifier has another class count and keeps its initialisation: {resized}"
                      if resized else ""), logger="current", level=logging.WARNING if resized else logging.INFO)

@@ -49,15 +49,13 @@ def convert_dense_state_dict(checkpoint: dict, model: nn.Module) -> dict[str, to
 
 def _convert_backbone(state: dict, backbone: nn.Module, model_name: str) -> dict[str, torch.Tensor]:
     """The ``backbone.*`` tensors renamed by the family's filter; every model key must come from them."""
-    own = backbone.state_dict()
     try:
         converted = checkpoint_filter_of(model_name)(model_state_dict({"state_dict": state}), backbone)
     except ValueError as err:
         raise ValueError(f"the backbone does not fit {model_name!r}: {err}") from err
-    # the filter fills output norms that the checkpoint lacks with the model's own tensors
-    absent = [OURS + k for k, v in converted.items() if k in own and v.data_ptr() == own[k].data_ptr()]
-    if absent:
-        raise ValueError(f"backbone keys of the model missing from the checkpoint: {absent}")
+    # a dense-prediction checkpoint has the output norms that a classification one may lack
+    if converted.kept:
+        raise ValueError(f"backbone keys of the model missing from the checkpoint: {[OURS + k for k in converted.kept]}")
     return converted
 
 

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import re
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -81,16 +82,38 @@ def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     return state
 
 
-def finish_conversion(converted: dict, sources: dict, model: nn.Module) -> dict:
+#: model keys that only a dense-prediction backbone has (per-stage output norms, Vim's pyramid
+#: adapter): a classification checkpoint cannot fill them, so they may keep their initialisation.
+DENSE_ONLY = ("out_norms.", "pyramid.")
+
+
+class Converted(dict):
+    """A state dict in the model's keys, and what the conversion did to get it.
+
+    Attributes:
+        loaded: model keys whose tensors come from the checkpoint.
+        kept: model keys that keep the model's own tensor (not in the checkpoint, allowed to be
+            absent); their values in the dict are the model's tensors.
+        dropped: checkpoint keys (the checkpoint's own names) not carried over.
+    """
+
+    def __init__(self, state: dict, loaded: list[str], kept: list[str], dropped: list[str]):
+        super().__init__(state)
+        self.loaded, self.kept, self.dropped = loaded, kept, dropped
+
+
+def finish_conversion(converted: dict, sources: dict, model: nn.Module) -> Converted:
     """The strict end of every family's ``checkpoint_filter_fn``.
 
-    ``converted``: the checkpoint's tensors under ``model``'s names; ``sources``: the same keys
-    -> the checkpoint's own names (for error messages). Two deliberate, logged exceptions to
-    strictness: the head of a classification checkpoint is dropped when the model has none
-    (``model.head is None``), and output norms (``out_norms.*``) the checkpoint lacks keep their
-    initialisation. The classifier ``head.fc`` is left to timm, which adapts it to another
-    ``num_classes``. Any other key without a counterpart, or model key without a source:
-    ``ValueError`` naming them all.
+    ``converted``: the checkpoint's tensors under ``model``'s names; ``sources``: model key ->
+    the checkpoint's own name, for every key the filter produced (error messages; a key of
+    ``sources`` no longer in ``converted`` counts as dropped). Two deliberate, logged exceptions
+    to strictness: the head of a classification checkpoint is dropped when the model has none
+    (``model.head is None``), and the dense-prediction-only keys (:data:`DENSE_ONLY`) the
+    checkpoint lacks keep their initialisation. The classifier ``head.fc`` is left to timm /
+    :func:`load_strict`, which adapt it to another ``num_classes``. Any other key without a
+    counterpart, model key without a source, or tensor of another shape: ``ValueError`` naming
+    them all. Returns a :class:`Converted` (``loaded``, ``kept``, ``dropped``).
     """
     own = model.state_dict()
     if getattr(model, "head", None) is None:
@@ -99,20 +122,68 @@ def finish_conversion(converted: dict, sources: dict, model: nn.Module) -> dict:
             del converted[k]
         if head:
             _logger.info("the model has no classification head: dropped %d head keys of the checkpoint", len(head))
-    fresh = [k for k in own if k.startswith("out_norms.") and k not in converted]
-    for k in fresh:
-        converted[k] = own[k]
-    if fresh:
-        _logger.info("output norms not in the checkpoint keep their initialisation: %s", ", ".join(fresh))
+    kept = [k for k in own if k.startswith(DENSE_ONLY) and k not in converted]
+    if kept:
+        _logger.info("not in the checkpoint, keep their initialisation: %s", ", ".join(kept))
     unexpected = [sources.get(k, k) for k in converted if k not in own and not k.startswith("head.fc.")]
-    missing = [k for k in own if k not in converted and not k.startswith("head.fc.")]
-    if unexpected or missing:
-        raise ValueError(
-            "checkpoint does not match the model: "
-            + (f"keys without a counterpart in the model: {unexpected}; " if unexpected else "")
-            + (f"model keys missing from the checkpoint: {missing}" if missing else "")
-        )
-    return converted
+    missing = [k for k in own if k not in converted and k not in kept and not k.startswith("head.fc.")]
+    shapes = [f"size mismatch for {k}" + (f" (checkpoint key {sources[k]})" if sources.get(k, k) != k else "")
+              + f": {tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+              for k, v in converted.items() if k in own and not k.startswith("head.fc.") and v.shape != own[k].shape]
+    if unexpected or missing or shapes:
+        raise ValueError("checkpoint does not match the model: " + "; ".join(
+            f"{what}: {keys}" for what, keys in (("keys without a counterpart in the model", unexpected),
+                                                 ("model keys missing from the checkpoint", missing),
+                                                 ("shapes differ", shapes)) if keys))
+    dropped = [source for k, source in sources.items() if k not in converted]
+    return Converted({**converted, **{k: own[k] for k in kept}}, list(converted), kept, dropped)
+
+
+def load_strict(model: nn.Module, state_dict: dict, filter_fn: Callable[[dict, nn.Module], dict] | None = None, *,
+                source: str = "the checkpoint", model_name: str | None = None,
+                head_may_differ: bool = False) -> Converted:
+    """Load ``state_dict`` into ``model`` strictly; the one loader of every reader in this package.
+
+    Args:
+        model: the timm model of a family (or any module, with ``filter_fn=None``).
+        state_dict: the checkpoint's tensors (:func:`model_state_dict` unwraps a whole checkpoint).
+        filter_fn: the family's ``checkpoint_filter_fn(state_dict, model)`` (official or our
+            layout -> ``model``'s keys, :func:`finish_conversion` at its end); None when
+            ``state_dict`` is in ``model``'s keys already.
+        source: how error messages name the checkpoint (e.g. ``f"checkpoint {path}"``).
+        model_name: how error messages name the model (default: its class name).
+        head_may_differ: a classifier ``head.fc`` of another class count keeps the model's
+            initialisation (fine-tuning) instead of raising.
+
+    Returns the :class:`Converted` state that was loaded: ``loaded``, ``kept`` (the model's own
+    tensors: dense-only keys, a resized ``head.fc``), ``dropped`` (checkpoint keys not used).
+    Raises ``ValueError`` naming ``source`` and every key or shape that does not fit.
+    """
+    own = model.state_dict()
+    try:
+        state = filter_fn(state_dict, model) if filter_fn is not None else state_dict
+        if not isinstance(state, Converted):
+            state = Converted(state, list(state), [], [])
+        resized = [k for k in ("head.fc.weight", "head.fc.bias")
+                   if head_may_differ and k in state and k in own and state[k].shape != own[k].shape]
+        for k in resized:
+            state[k] = own[k]
+            state.loaded.remove(k)
+            state.kept.append(k)
+        unexpected = [k for k in state if k not in own]
+        missing = [k for k in own if k not in state]
+        shapes = [f"size mismatch for {k}: {tuple(v.shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+                  for k, v in state.items() if k in own and v.shape != own[k].shape]
+        if unexpected or missing or shapes:
+            raise ValueError("; ".join(f"{what}: {keys}" for what, keys in (
+                ("keys without a counterpart in the model", unexpected),
+                ("model keys missing from the checkpoint", missing),
+                ("shapes differ", shapes)) if keys))
+        model.load_state_dict(state, strict=True)
+    except ValueError as err:
+        name = repr(model_name) if model_name else f"the {type(model).__name__} model"
+        raise ValueError(f"{source} does not fit {name}: {err}") from err
+    return state
 
 
 def head_and_norm_kwargs(state_dict: dict, norm_pattern: str, head_prefixes: tuple[str, ...], classifier: str) -> dict:

@@ -219,7 +219,8 @@ def checkpoint_filter_fn(state_dict: dict, model: Vim | VimHierarchical) -> dict
     model's grid (class token entry kept in the middle; dropped with the class token for a model
     without one, as the release's dense-prediction backbone). A classification checkpoint has no
     dense-prediction adapter: the adapter keeps its initialisation (logged). Anything else that
-    does not match: ``ValueError`` naming the keys.
+    does not match (keys, or shapes, e.g. another variant's checkpoint): ``ValueError`` naming
+    the keys.
     """
     state_dict = model_state_dict(state_dict)
     rules = _OFFICIAL_NAMES if _is_official(state_dict) else []
@@ -232,11 +233,6 @@ def checkpoint_filter_fn(state_dict: dict, model: Vim | VimHierarchical) -> dict
     if isinstance(model, Vim):
         _fit_positions(out, model)
         own = model.state_dict()
-        fresh = [k for k in own if k.startswith("pyramid.") and k not in out]
-        for k in fresh:
-            out[k] = own[k]
-        if fresh:
-            _logger.info("the dense-prediction adapter is not in the checkpoint, it keeps its initialisation")
         if "norm.weight" not in own and out.pop("norm.weight", None) is not None:
             _logger.info("the model's final norm was pruned (a features model): dropped the checkpoint's")
     return finish_conversion(out, source, model)
