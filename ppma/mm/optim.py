@@ -20,10 +20,9 @@ and mmseg fall back on.
 """
 from __future__ import annotations
 
-import re
-
 from mmengine.optim import DefaultOptimWrapperConstructor
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
+from timm.models._manipulate import MATCH_PREV_GROUP, group_with_matcher
 from torch import nn
 
 from ppma.models.backbone import TimmBackbone
@@ -82,25 +81,18 @@ def block_layer_ids(backbone: TimmBackbone) -> tuple[dict[str, int], int]:
     stage's downsampler goes with its first block) layer ``k + 1``, everything after the blocks
     (final or output norms, a dense-prediction adapter, the head) layer ``n + 1``: the layer ids
     of the BEiT-style constructor the Vim release trains its segmentation models with.
+
+    The groups are the model's own ``group_matcher()`` read by timm's ``group_with_matcher``;
+    the one difference from timm's layer ids: the parameters timm merges into the previous
+    block (``MATCH_PREV_GROUP``: final and output norms) count after the blocks here.
     """
-    if isinstance(backbone, HierarchicalBackbone):
-        starts, total = [], 0
-        for stage in backbone.stages:
-            starts.append(total)
-            total += len(stage.blocks)
-    else:
-        total = len(backbone.units())
-    ids = {}
-    for name, _ in backbone.named_parameters():
-        if name.startswith("stem."):
-            ids[name] = 0
-        elif m := re.match(r"blocks\.(\d+)\.", name):
-            ids[name] = int(m[1]) + 1
-        elif m := re.match(r"stages\.(\d+)\.(?:blocks\.(\d+)|downsample)\.", name):
-            ids[name] = starts[int(m[1])] + int(m[2] or 0) + 1
-        else:
-            ids[name] = total + 1
-    return ids, total
+    matcher = backbone.group_matcher()
+    rules = matcher["blocks"] if isinstance(matcher["blocks"], (list, tuple)) else [(matcher["blocks"], None)]
+    blocks = [(pattern, ordinal) for pattern, ordinal in rules if ordinal != MATCH_PREV_GROUP]
+    groups = group_with_matcher(backbone.named_parameters(), {"stem": matcher["stem"], "blocks": blocks})
+    total = sum(len(stage.blocks) for stage in backbone.stages) if isinstance(backbone, HierarchicalBackbone) \
+        else len(backbone.units())
+    return {name: min(lid, total + 1) for lid, names in groups.items() for name in names}, total
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
