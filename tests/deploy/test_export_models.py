@@ -1,0 +1,82 @@
+"""Every family's ``test_*`` preset, classifier and ``features_only`` backbone, exported by
+``tools/export.py`` with batch, H and W dynamic: ONNX run in ONNX Runtime and ``.pt2`` loaded back,
+at sizes and batch sizes other than the example's, against eager PyTorch."""
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "export.py"
+PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+# Example sizes with H != W and off the presets' default grids (see docs/deploy.md: Vim's
+# position embedding at its own grid); checked at two other sizes and batch sizes, one odd.
+EXAMPLE = (48, 40)
+OTHER_SIZES = [(1, 3, 97, 131), (3, 3, 64, 72)]
+# One ONNX export takes 30 s to 3 min on 2 busy cores: by default only PPMA's (the polyline ops);
+# the selective scan's export graph is checked at other lengths in test_export_forms.py.
+ALL = os.environ.get("PPMA_TEST_ALL_EXPORTS") == "1"
+DEFAULT_PRESETS = {"test_ppma"}
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("tool_export", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+export = _tool()
+
+
+class ClassifierAndFeatures(torch.nn.Module):
+    """Both forms of a preset in one module (one export covers both): ``[logits, *features]``."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.classifier = export.build_model(name)
+        self.features = export.build_model(name, features=True)
+        self.pretrained_cfg = self.classifier.pretrained_cfg
+
+    def forward(self, x):
+        return [self.classifier(x), *self.features(x)]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_onnx_runs_in_onnxruntime_at_other_sizes(name, tmp_path):
+    if name not in DEFAULT_PRESETS and not ALL:
+        pytest.skip("slow (minutes on 2 cores): PPMA_TEST_ALL_EXPORTS=1 runs every family")
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install .[export])")
+    torch.manual_seed(0)
+    model = ClassifierAndFeatures(name).eval()
+    x = export.example_input(model, EXAMPLE)
+    path = tmp_path / f"{name}.onnx"
+    export.save(export.export_program(model, x), x, "onnx", path, export.DEFAULT_OPSET)
+    run = export.runner("onnx", path)
+    for shape in OTHER_SIZES:
+        assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
+
+
+def test_pt2_round_trip_at_other_sizes(tmp_path):
+    model = export.build_model("test_ppma", features=True)
+    x = export.example_input(model, EXAMPLE)
+    path = tmp_path / "test_ppma.pt2"
+    export.save(export.export_program(model, x), x, "pt2", path, export.DEFAULT_OPSET)
+    run = export.runner("pt2", path)
+    for shape in OTHER_SIZES:
+        assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="not a model of this package"):
+        export.build_model("resnet18")
+    bad = tmp_path / "bad.pth"
+    torch.save({"stem.conv1.weight": torch.zeros(1)}, bad)
+    with pytest.raises(ValueError, match="does not fit test_mila"):
+        export.build_model("test_mila", str(bad))
+    model = export.build_model("test_mila")
+    with pytest.raises(ValueError, match="batch"):
+        export.example_input(model, batch_size=1)
+    with pytest.raises(ValueError, match="opset 13 is too old"):
+        export.save(None, None, "onnx", tmp_path / "m.onnx", 13)

@@ -1,0 +1,180 @@
+"""Export a preset of this package to ONNX or to a ``torch.export`` program (``.pt2``), with batch,
+height and width dynamic, and check it against eager PyTorch.
+
+    python tools/export.py --model NAME [--checkpoint FILE] [--features] --format onnx|pt2
+                           --output OUT [--img-size H W] [--batch-size N] [--opset N] [--verify]
+    python tools/export.py --model test_ppma test_vim ... --format onnx --output DIR --verify
+
+``--checkpoint``: any checkpoint the presets load (official, converted, or written by
+``tools/train.py``), through the family's strict conversion. ``--features``: the
+``features_only`` backbone (its four stride 4/8/16/32 maps, in order). ``--img-size`` /
+``--batch-size``: the example input only (default: the preset's size, batch 2; torch.export
+fixes sizes 0 and 1, so the example batch must be >= 2 and every stride-32 map at least 2 wide:
+H, W >= 33); the exported graph runs at any batch size and any H, W >= 33 (Vim: any size its
+patch embedding accepts; its position embedding is resized as in eager). Every ``ppma::`` op
+becomes its export form (``ppma.ops.registry.export_decompositions``).
+
+``--verify`` runs the file (ONNX Runtime, or ``torch.export.load``) at the example size and at
+two others (batch 1 at 97x131, and batch + 1 at H + 32 x W + 16), prints the max relative error
+of every output against eager PyTorch and exits 1 above 1e-4. Several ``--model`` names export
+each into the ``--output`` folder (``NAME[_features].onnx|.pt2``) and print one line per model.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+TOLERANCE = 1e-4
+MIN_OPSET = 18  # torch.onnx's dynamo exporter emits opset 18 ops (e.g. antialiased Resize)
+DEFAULT_OPSET = 18
+
+
+def build_model(name: str, checkpoint: str | None = None, features: bool = False) -> torch.nn.Module:
+    """The preset ``name`` of this package in eval mode, with ``checkpoint``'s weights (strict)."""
+    import timm
+
+    from ppma.models.family import create_from_checkpoint, family_module
+
+    family_module(name)  # ValueError naming our models when ``name`` is not one
+    kwargs = dict(features_only=True) if features else {}
+    if checkpoint is None:
+        return timm.create_model(name, **kwargs).eval()
+    from ppma.models.checkpoint import read_checkpoint
+
+    try:
+        return create_from_checkpoint(name, read_checkpoint(checkpoint), **kwargs).eval()
+    except ValueError as err:
+        raise ValueError(f"checkpoint {checkpoint} does not fit {name}: {err}") from err
+
+
+def example_input(model: torch.nn.Module, img_size=None, batch_size: int = 2) -> torch.Tensor:
+    """Random ``(batch, C, [T,] H, W)`` example; ``img_size`` ``(H, W)`` overrides the preset's."""
+    if batch_size < 2:
+        raise ValueError(f"--batch-size {batch_size}: torch.export fixes a batch of 1; export with >= 2 "
+                         f"(the exported graph runs at batch 1 too)")
+    size = list(model.pretrained_cfg["input_size"])
+    if img_size is not None:
+        size[-2:] = img_size
+    if min(size[-2:]) < 33:
+        raise ValueError(f"example size {tuple(size[-2:])}: H and W must be >= 33 (a 1-wide stride-32 map "
+                         f"would be fixed by torch.export)")
+    return torch.randn(batch_size, *size, generator=torch.Generator().manual_seed(0))
+
+
+def export_program(model: torch.nn.Module, x: torch.Tensor) -> torch.export.ExportedProgram:
+    """``torch.export`` of ``model`` at ``x`` with batch, H and W dynamic, every ``ppma::`` op
+    decomposed into its export form (plain ATen ops)."""
+    from ppma.ops.registry import export_decompositions
+
+    dynamic = torch.export.Dim.DYNAMIC
+    shapes = ({0: dynamic, x.dim() - 2: dynamic, x.dim() - 1: dynamic},)
+    with torch.no_grad():
+        program = torch.export.export(model, (x,), dynamic_shapes=shapes)
+    return program.run_decompositions({**torch.export.default_decompositions(), **export_decompositions()})
+
+
+def save(program: torch.export.ExportedProgram, x: torch.Tensor, fmt: str, output: Path, opset: int) -> None:
+    """Write ``program`` as ``.pt2`` or ONNX (``opset``) to ``output``."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "pt2":
+        torch.export.save(program, str(output))
+        return
+    if opset < MIN_OPSET:
+        raise ValueError(f"--opset {opset} is too old: the export needs opset >= {MIN_OPSET} "
+                         f"(bicubic antialiased Resize, and torch.onnx's dynamo exporter)")
+    onnx_program = torch.onnx.export(program, (x,), dynamo=True, opset_version=opset, verbose=False)
+    onnx_program.save(str(output))
+
+
+def runner(fmt: str, output: Path):
+    """``run(x) -> list of outputs`` of the exported file."""
+    if fmt == "pt2":
+        module = torch.export.load(str(output)).module()
+        return lambda x: _as_list(module(x))
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda x: [torch.from_numpy(o) for o in session.run(None, {name: x.numpy()})]
+
+
+def _as_list(out) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def verify_sizes(x: torch.Tensor) -> list[tuple[int, ...]]:
+    """The example's shape, batch 1 at 97x131, and batch + 1 at (H + 32, W + 16)."""
+    batch, *rest = x.shape
+    return [tuple(x.shape), (1, *rest[:-2], 97, 131), (batch + 1, *rest[:-2], rest[-2] + 32, rest[-1] + 16)]
+
+
+def max_relative_error(model: torch.nn.Module, run, shape) -> float:
+    """Max over outputs of ``max |exported - eager| / max |eager|`` on a random input of ``shape``."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = _as_list(model(x))
+    got = run(x)
+    if len(got) != len(expected):
+        raise RuntimeError(f"the exported model returns {len(got)} outputs, eager {len(expected)}")
+    return max(float((g - e).abs().max() / e.abs().max().clamp_min(1e-30)) for g, e in zip(got, expected))
+
+
+def export_one(name, output: Path, fmt: str, checkpoint=None, features=False, img_size=None, batch_size=2,
+               opset=DEFAULT_OPSET, verify=False) -> dict:
+    """Export one preset; returns ``{'seconds': export time, 'errors': {shape: rel. error}}``."""
+    model = build_model(name, checkpoint, features)
+    x = example_input(model, img_size, batch_size)
+    start = time.perf_counter()
+    save(export_program(model, x), x, fmt, output, opset)
+    report = {"seconds": time.perf_counter() - start, "errors": {}}
+    if verify:
+        run = runner(fmt, output)
+        report["errors"] = {shape: max_relative_error(model, run, shape) for shape in verify_sizes(x)}
+    return report
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", nargs="+", required=True, help="preset name(s) of this package")
+    parser.add_argument("--checkpoint", help="weights (official, converted or tools/train.py's)")
+    parser.add_argument("--features", action="store_true", help="export the features_only backbone")
+    parser.add_argument("--format", choices=["onnx", "pt2"], required=True)
+    parser.add_argument("--output", required=True, help="output file (a folder with several --model)")
+    parser.add_argument("--img-size", type=int, nargs=2, metavar=("H", "W"), help="example input size")
+    parser.add_argument("--batch-size", type=int, default=2, help="example batch size (>= 2)")
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (>= {MIN_OPSET})")
+    parser.add_argument("--verify", action="store_true", help=f"check against eager, exit 1 above {TOLERANCE}")
+    args = parser.parse_args(argv)
+    if args.checkpoint and len(args.model) > 1:
+        parser.error("--checkpoint goes with a single --model")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    failed = False
+    for name in args.model:
+        output = Path(args.output)
+        if len(args.model) > 1:
+            output = output / f"{name}{'_features' if args.features else ''}.{args.format}"
+        try:
+            report = export_one(name, output, args.format, args.checkpoint, args.features, args.img_size,
+                                args.batch_size, args.opset, args.verify)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        errors = ", ".join(f"{'x'.join(map(str, s))}: {e:.2e}" for s, e in report["errors"].items())
+        print(f"{name}{' (features)' if args.features else ''} -> {output} ({report['seconds']:.1f} s)"
+              + (f"; max rel. error vs eager {errors}" if errors else ""))
+        failed |= any(e > TOLERANCE for e in report["errors"].values())
+    if failed:
+        print(f"FAILED: max relative error above {TOLERANCE}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
