@@ -53,9 +53,11 @@ def load_ours(model: str, official: torch.nn.Module) -> torch.nn.Module:
 
     import ppma  # noqa: F401  (registers the presets)
 
+    from ppma.models.checkpoint import load_strict
+
     ours = timm.create_model(model).eval()
     filter_fn = sys.modules[type(ours).__module__].checkpoint_filter_fn
-    ours.load_state_dict(filter_fn(official.state_dict(), ours), strict=True)
+    load_strict(ours, official.state_dict(), filter_fn, source=f"the official {model} weights")
     return ours
 
 
