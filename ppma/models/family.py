@@ -1,19 +1,14 @@
-"""Finding a model family by a preset's name, so that code outside the family never imports it.
+"""Model families as declared records, so that code outside a family never imports it.
 
-A family is the module that registers its timm presets (e.g. :mod:`ppma.models.ppma`); its
-checkpoint section defines
-
-- ``checkpoint_filter_fn(state_dict, model) -> state_dict``: official or our layout -> ``model``'s
-  keys, checked strictly;
-- ``checkpoint_model_kwargs(state_dict) -> dict``: the ``timm.create_model`` keywords (head or
-  not, ``num_classes``, output norms) under which a checkpoint's keys load.
-
-Tools (checkpoint conversion, visualization, the OpenMMLab adapter) look these up here by the
-model name, through timm's registry.
+A family module (e.g. :mod:`ppma.models.ppma`) declares itself once, at its bottom, with
+:func:`register_family` and a :class:`Family`: its model class, its timm presets, its checkpoint
+conversion and its test preset. Tools (checkpoint conversion, visualization, the OpenMMLab
+adapters, the generic model tests) find the record by a preset's name with :func:`family_of`.
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
@@ -21,59 +16,97 @@ import timm
 from timm.models import model_entrypoint
 from torch import nn
 
-PACKAGE = __name__.split(".")[0]  # 'ppma'
+_FAMILIES: dict[str, "Family"] = {}
 
 
-def _is_ours(model_name: str) -> bool:
-    return model_entrypoint(model_name).__module__.startswith(f"{PACKAGE}.")
+@dataclass(frozen=True)
+class Family:
+    """One model family.
+
+    Fields:
+        name: the family's name (``'ppma'``).
+        model_class: the ``nn.Module`` its presets build.
+        presets: the timm model names it registers, ``test_preset`` included.
+        checkpoint_filter_fn: ``(state_dict, model) -> state_dict``, official or our layout ->
+            ``model``'s keys, checked strictly (also timm's ``pretrained_filter_fn``).
+        checkpoint_model_kwargs: ``(state_dict) -> dict``, the ``timm.create_model`` keywords
+            (head or not, ``num_classes``, output norms) under which a checkpoint's keys load.
+        test_preset: a tiny preset for fast generic tests (timm's ``test_*`` convention).
+        default_input_size: ``(C, H, W)`` of its full-size presets.
+    """
+
+    name: str
+    model_class: type[nn.Module]
+    presets: tuple[str, ...]
+    checkpoint_filter_fn: Callable[[dict, nn.Module], dict]
+    checkpoint_model_kwargs: Callable[[dict], dict]
+    test_preset: str
+    default_input_size: tuple[int, ...] = (3, 224, 224)
+
+    def __post_init__(self):
+        if self.test_preset not in self.presets:
+            raise ValueError(f"family {self.name!r}: test_preset {self.test_preset!r} is not one of its presets")
+
+
+def register_family(family: Family) -> Family:
+    """Declare ``family``; ``ValueError`` for a taken family name or a preset another family has."""
+    if family.name in _FAMILIES:
+        raise ValueError(f"family {family.name!r} is already registered")
+    taken = {p for other in _FAMILIES.values() for p in other.presets} & set(family.presets)
+    if taken:
+        raise ValueError(f"family {family.name!r}: presets {sorted(taken)} belong to another family")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def families() -> tuple[Family, ...]:
+    """The registered families, in registration order."""
+    return tuple(_FAMILIES.values())
 
 
 def package_models() -> list[str]:
-    """The timm presets that this package registers, sorted."""
-    return [name for name in timm.list_models() if _is_ours(name)]
+    """The timm presets of all families, sorted."""
+    return sorted(p for family in _FAMILIES.values() for p in family.presets)
+
+
+def family_of(model_name: str) -> Family:
+    """The family of the preset ``model_name``; ``ValueError`` for any other name (naming ours)."""
+    for family in _FAMILIES.values():
+        if model_name in family.presets:
+            return family
+    ours = ", ".join(package_models())
+    if not timm.is_model(model_name):
+        raise ValueError(f"unknown model {model_name!r}; the models of this package: {ours}")
+    raise ValueError(f"{model_name!r} is a timm model of {model_entrypoint(model_name).__module__}, not a model "
+                     f"of this package: {ours}")
 
 
 def family_module(model_name: str) -> ModuleType:
-    """The module defining the timm entrypoint of ``model_name`` (a preset of this package).
-
-    ``ValueError`` for a name timm does not know or a model of another library.
-    """
-    if not timm.is_model(model_name):
-        raise ValueError(f"unknown model {model_name!r}; the models of this package: {', '.join(package_models())}")
-    if not _is_ours(model_name):
-        raise ValueError(f"{model_name!r} is a timm model of {model_entrypoint(model_name).__module__}, not a "
-                         f"model of this package: {', '.join(package_models())}")
-    return sys.modules[model_entrypoint(model_name).__module__]
-
-
-def _family_function(model_name: str, attribute: str) -> Callable:
-    module = family_module(model_name)
-    function = getattr(module, attribute, None)
-    if not callable(function):
-        raise ValueError(f"the family of {model_name!r} ({module.__name__}) defines no {attribute}")
-    return function
+    """The module that declares the family of ``model_name`` (``ValueError`` as :func:`family_of`)."""
+    return sys.modules[family_of(model_name).model_class.__module__]
 
 
 def checkpoint_filter_of(model_name: str) -> Callable[[dict, nn.Module], dict]:
     """The family's ``checkpoint_filter_fn(state_dict, model) -> state_dict``."""
-    return _family_function(model_name, "checkpoint_filter_fn")
+    return family_of(model_name).checkpoint_filter_fn
 
 
 def checkpoint_model_kwargs_of(model_name: str) -> Callable[[dict], dict]:
     """The family's ``checkpoint_model_kwargs(state_dict) -> dict`` (keywords for ``timm.create_model``)."""
-    return _family_function(model_name, "checkpoint_model_kwargs")
+    return family_of(model_name).checkpoint_model_kwargs
 
 
 def create_from_checkpoint(model_name: str, state_dict: dict, **kwargs) -> nn.Module:
     """``timm.create_model(model_name)`` built as ``state_dict``'s keys say, with them loaded strictly.
 
-    ``state_dict``: official or our layout (:func:`checkpoint_model_kwargs_of` decides head and
-    output norms, :func:`checkpoint_filter_of` converts); ``kwargs`` go to ``timm.create_model``.
+    ``state_dict``: official or our layout (the family's ``checkpoint_model_kwargs`` decides head
+    and output norms, its ``checkpoint_filter_fn`` converts); ``kwargs`` go to ``timm.create_model``.
     ``ValueError`` naming the keys (or shapes) that do not fit.
     """
-    model = timm.create_model(model_name, **checkpoint_model_kwargs_of(model_name)(state_dict), **kwargs)
+    family = family_of(model_name)
+    model = timm.create_model(model_name, **family.checkpoint_model_kwargs(state_dict), **kwargs)
     try:
-        model.load_state_dict(checkpoint_filter_of(model_name)(state_dict, model), strict=True)
+        model.load_state_dict(family.checkpoint_filter_fn(state_dict, model), strict=True)
     except (KeyError, RuntimeError) as err:  # RuntimeError: load_state_dict's key and shape checks
         raise ValueError(str(err)) from err
     return model

@@ -25,6 +25,7 @@ from ppma.layers import NormPoolHead
 from ppma.layers.mila import MILABlock, MILADownsample, MILAStem, MILAttention
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .family import Family, register_family
 from .registration import build_preset, imagenet_cfg
 from .skeleton import HierarchicalBackbone, dense_defaults
 
@@ -220,3 +221,9 @@ def mila_base(pretrained: bool = False, **kwargs) -> MILA:
 def test_mila(pretrained: bool = False, **kwargs) -> MILA:
     """Tiny MILA (widths 16-64, one block per stage) for fast generic model tests."""
     return _create_mila("test_mila", pretrained, **kwargs)
+
+
+register_family(Family(
+    name="mila", model_class=MILA, presets=tuple(PRESETS), checkpoint_filter_fn=checkpoint_filter_fn,
+    checkpoint_model_kwargs=checkpoint_model_kwargs, test_preset="test_mila",
+))

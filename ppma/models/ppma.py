@@ -24,6 +24,7 @@ from torch import nn
 from ppma.layers import KINDS, PolylineAttention, ProjectionHead
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .family import Family, register_family
 from .registration import build_preset, imagenet_cfg
 from .skeleton import HierarchicalBackbone, dense_defaults, per_stage
 
@@ -322,3 +323,9 @@ def ppma_tiny_3d(pretrained: bool = False, **kwargs) -> PPMA:
 def test_ppma(pretrained: bool = False, **kwargs) -> PPMA:
     """Tiny PPMA (widths 16-64, one block per stage, 0.26 M params) for fast generic model tests."""
     return _create_ppma("test_ppma", pretrained, **kwargs)
+
+
+register_family(Family(
+    name="ppma", model_class=PPMA, presets=tuple(PRESETS), checkpoint_filter_fn=checkpoint_filter_fn,
+    checkpoint_model_kwargs=checkpoint_model_kwargs, test_preset="test_ppma",
+))

@@ -34,6 +34,7 @@ from ppma.layers.embed import resample_pos_embed
 from ppma.layers.vim import BiMamba, DeconvPyramid, RasterBiMamba, VimBlock
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .family import Family, register_family
 from .registration import build_preset, imagenet_cfg
 from .plain import PlainBackbone
 from .skeleton import HierarchicalBackbone, dense_defaults
@@ -354,3 +355,14 @@ def vim_hier_small(pretrained: bool = False, **kwargs) -> VimHierarchical:
 def test_vim_hier(pretrained: bool = False, **kwargs) -> VimHierarchical:
     """Tiny hierarchical Vim (widths 16-64, one block per stage) for fast generic model tests."""
     return _create_vim_hierarchical("test_vim_hier", pretrained, **kwargs)
+
+
+register_family(Family(
+    name="vim", model_class=Vim, presets=tuple(PRESETS), checkpoint_filter_fn=checkpoint_filter_fn,
+    checkpoint_model_kwargs=checkpoint_model_kwargs, test_preset="test_vim",
+))
+register_family(Family(
+    name="vim_hier", model_class=VimHierarchical, presets=tuple(HIERARCHICAL_PRESETS),
+    checkpoint_filter_fn=checkpoint_filter_fn, checkpoint_model_kwargs=checkpoint_model_kwargs,
+    test_preset="test_vim_hier",
+))

@@ -35,6 +35,7 @@ from ppma.layers import NormPoolHead
 from ppma.layers.vmamba import SS2D, PatchMerging, VMambaDownsample, VMambaPatchEmbed, VMambaStem, VSSBlock
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
+from .family import Family, register_family
 from .registration import build_preset, imagenet_cfg
 from .skeleton import HierarchicalBackbone, dense_defaults
 
@@ -341,3 +342,9 @@ def vmamba_base_v0(pretrained: bool = False, **kwargs) -> VMamba:
 def test_vmamba(pretrained: bool = False, **kwargs) -> VMamba:
     """Tiny VMamba (widths 16-64, one block per stage) for fast generic model tests."""
     return _create_vmamba("test_vmamba", pretrained, **kwargs)
+
+
+register_family(Family(
+    name="vmamba", model_class=VMamba, presets=(*PRESETS, *ALIASES), checkpoint_filter_fn=checkpoint_filter_fn,
+    checkpoint_model_kwargs=checkpoint_model_kwargs, test_preset="test_vmamba",
+))
