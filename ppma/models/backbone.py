@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 import torch.fx
 from timm.models import checkpoint
 from torch import nn
@@ -37,29 +38,45 @@ def take_indices(num_taps: int, indices: int | Sequence[int] | None = None) -> t
 
 
 def check_input(x: torch.Tensor, in_chans: int, input_layout: str, min_size: int) -> torch.Tensor:
-    """``x`` if it is ``(B, in_chans, H, W)`` (3-D ``(B, in_chans, T, H, W)``) with H, W >= ``min_size``,
-    else ``TypeError``/``ValueError`` naming the problem.
+    """``x`` if it is a floating-point ``(B, in_chans, H, W)`` (3-D ``(B, in_chans, T, H, W)``)
+    with B >= 1 and H, W >= ``min_size``, else ``TypeError``/``ValueError`` naming the problem.
+    A NaN or infinite pixel is a ``ValueError`` too, on every device (one host sync); the value
+    check is skipped while compiling, exporting or tracing, where the data is symbolic.
 
     Wrapped for ``torch.fx``: a traced model keeps the check as one call on the data path (so
     dead-code elimination keeps it), run on the real input.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"the model expects a floating-point image, got {x.dtype}; convert with x.float() / 255 "
+                        "and normalize (e.g. with the model's pretrained_cfg mean and std)")
     layout = "(B, C, T, H, W)" if input_layout == GRID_3D else "(B, C, H, W)"
     if x.dim() != (5 if input_layout == GRID_3D else 4):
         raise ValueError(f"input must have shape {layout}, got a rank-{x.dim()} tensor {tuple(x.shape)}")
     if x.shape[1] != in_chans:
         raise ValueError(f"input has {x.shape[1]} channels, the model expects in_chans={in_chans} {layout}")
+    if x.shape[0] == 0:
+        raise ValueError(f"input is an empty batch (B=0), shape {tuple(x.shape)}: pass at least one image")
     h, w = x.shape[-2:]
     if min(h, w) < min_size or 0 in x.shape:
         raise ValueError(
             f"input of {h}x{w} is too small: H and W must be >= {min_size} "
             f"(the stride of the coarsest features), and no dim may be empty; got {tuple(x.shape)}"
         )
+    if not _symbolic(x) and not torch.isfinite(x).all():
+        raise ValueError(f"input contains NaN or infinite values (shape {tuple(x.shape)}); check the image "
+                         "loading and normalization")
     return x
 
 
 torch.fx.wrap("check_input")
+
+
+def _symbolic(x: torch.Tensor) -> bool:
+    """Whether ``x`` has no real values to read (compiling, exporting, JIT tracing, fake tensors)."""
+    return (torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+            or is_fake(x))
 
 
 class TimmBackbone(nn.Module):
