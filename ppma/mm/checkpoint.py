@@ -14,7 +14,7 @@ then converts them to the model's layout and checks them strictly (see
 """
 from __future__ import annotations
 
-from ppma.models.checkpoint import allow_namespace
+from ppma.models.checkpoint import allow_official_globals
 from ppma.models.checkpoint import read_checkpoint as ppma_read_checkpoint
 
 
@@ -22,13 +22,13 @@ def read_checkpoint(path: str) -> dict:
     """Read a local checkpoint (:func:`ppma.models.read_checkpoint`) or a URL (mmengine's loader).
 
     Both load with ``weights_only=True`` (the default of torch >= 2.6), allowing the official
-    checkpoints' ``argparse.Namespace`` (:func:`ppma.models.checkpoint.allow_namespace`); what
+    checkpoints' ``args`` and config (:func:`ppma.models.checkpoint.allow_official_globals`); what
     our training checkpoints hold is allowed by :mod:`ppma.mm.serialization`.
     """
     if "://" not in str(path):
         return ppma_read_checkpoint(path)
     from mmengine.runner import CheckpointLoader
 
-    with allow_namespace():
+    with allow_official_globals():
         return CheckpointLoader.load_checkpoint(str(path), map_location="cpu")
 

@@ -12,7 +12,7 @@ exactly the plain-data objects these checkpoints contain:
 
 None of them runs code when unpickled beyond setting attributes or building arrays. (The
 ``argparse.Namespace`` of official classification checkpoints is allowed only while ppma reads
-them, by :func:`ppma.models.checkpoint.allow_namespace`: a global allowance would not last, as
+them, by :func:`ppma.models.checkpoint.allow_official_globals`: a global allowance would not last, as
 torch's ``safe_globals`` context, which timm's loader uses too, removes it on exit.)
 """
 import pickle

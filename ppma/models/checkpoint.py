@@ -12,61 +12,140 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import pickle
 import re
+import zipfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 
 import torch
+from timm.models import get_pretrained_cfg
 from torch import nn
 
 _logger = logging.getLogger(__name__)
 
 STATE_DICT_KEYS = ("model", "models", "state_dict")
+#: where a training checkpoint keeps the EMA weights (timm: ``state_dict_ema``; the official
+#: Swin-style training scripts: ``model_ema``), read first unless ``use_ema=False``, as timm does
+EMA_KEYS = ("state_dict_ema", "model_ema")
+
+
+class YacsConfig:
+    """Stand-in allowed under the name ``yacs.config.CfgNode`` in weights-only loads.
+
+    Official MLLA training checkpoints keep their yacs config beside the weights; it is read as
+    plain nested ``OrderedDict``s (yacs need not be installed, and none of its code runs).
+    """
+
+    def __new__(cls, *args):
+        return OrderedDict()
+
+
+#: what weights-only loads allow beyond torch's own: the official checkpoints' ``args`` and config
+CHECKPOINT_GLOBALS = (argparse.Namespace, (YacsConfig, "yacs.config.CfgNode"))
 
 
 @contextlib.contextmanager
-def allow_namespace():
-    """Allow ``argparse.Namespace`` in weights-only loads inside the block.
+def allow_official_globals():
+    """Allow :data:`CHECKPOINT_GLOBALS` in weights-only loads inside the block.
 
     torch's ``safe_globals`` context removes its globals on exit, even ones allowed before it:
-    it is entered only when ``Namespace`` is not allowed yet, so the caller's allow-list stays
-    as it was.
+    only the ones not allowed yet are entered, so the caller's allow-list stays as it was.
     """
-    if argparse.Namespace in torch.serialization.get_safe_globals():
+    allowed = torch.serialization.get_safe_globals()
+    missing = [g for g in CHECKPOINT_GLOBALS if g not in allowed]
+    if not missing:
         yield
     else:
-        with torch.serialization.safe_globals([argparse.Namespace]):
+        with torch.serialization.safe_globals(missing):
             yield
 
 
 def read_checkpoint(path: str | Path) -> dict:
     """Load a local checkpoint file: ``.safetensors``, or anything ``torch.load`` reads.
 
-    ``torch.load`` runs with ``weights_only=True``; the only global allowed beyond torch's own is
-    ``argparse.Namespace`` (the ``args`` of the official checkpoints; unpickling it only sets
-    attributes). Other objects raise ``pickle.UnpicklingError``: OpenMMLab training checkpoints
-    read after ``import ppma.mm``, which allows what they hold (:mod:`ppma.mm.serialization`).
+    ``torch.load`` runs with ``weights_only=True``; the only globals allowed beyond torch's own
+    are :data:`CHECKPOINT_GLOBALS` (``argparse.Namespace``, the ``args`` of the official
+    checkpoints, and yacs' ``CfgNode``, their config: unpickling them only sets attributes or
+    items). Other objects raise ``pickle.UnpicklingError``: OpenMMLab training checkpoints read
+    after ``import ppma.mm``, which allows what they hold (:mod:`ppma.mm.serialization`).
+    ``FileNotFoundError`` naming a missing path; ``ValueError`` naming a file that is not a
+    complete checkpoint (truncated, or another format).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(path), device="cpu")
-    with allow_namespace():
-        return torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            return load_file(str(path), device="cpu")
+        except SafetensorError as err:
+            raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
+    try:
+        with allow_official_globals():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err):  # a global that is not allowed
+            raise
+        raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
+    except (RuntimeError, EOFError, OSError) as err:  # zip reader, short file
+        raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
 
 
-def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
+def check_pretrained(variant: str, pretrained_cfg_overlay: dict | None = None) -> None:
+    """Before timm loads ``variant``'s pretrained weights: a clear error where timm's is not.
+
+    ``FileNotFoundError`` naming a ``file`` (of the preset's cfg or ``pretrained_cfg_overlay``)
+    that does not exist; ``ValueError`` naming a file that is not a complete zip archive or
+    ``.safetensors`` file (a truncated download); ``ValueError`` when the preset has no
+    download timm can use (no ``file`` or ``hf_hub_id``, and no ``url`` naming a file: timm
+    caches a download under the url's file name), saying how to pass a file.
+    """
+    cfg = {**get_pretrained_cfg(variant, allow_unregistered=False).to_dict(), **(pretrained_cfg_overlay or {})}
+    if cfg.get("file"):
+        path = Path(cfg["file"])
+        if not path.is_file():
+            raise FileNotFoundError(f"pretrained weights of {variant!r} not found: {path}")
+        if path.suffix == ".safetensors":
+            from safetensors import SafetensorError, safe_open
+
+            try:
+                with safe_open(str(path), "pt"):
+                    pass
+            except SafetensorError as err:
+                raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
+        elif zipfile.is_zipfile(path) is False and _looks_like_zip(path):
+            raise ValueError(f"cannot read checkpoint {path}: a truncated zip archive (torch.save's format)")
+    elif cfg.get("hf_hub_id"):
+        return
+    elif not cfg.get("url") or not os.path.basename(urlparse(cfg["url"]).path):
+        why = f"its url {cfg['url']} names no file, which timm cannot cache" if cfg.get("url") else "no url"
+        raise ValueError(f"{variant!r} has no download timm can use ({why}): fetch the weights yourself and pass "
+                         f"the file: timm.create_model({variant!r}, pretrained=True, "
+                         "pretrained_cfg_overlay=dict(file='path/to/weights.pth'))")
+
+
+def _looks_like_zip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04"
+
+
+def model_state_dict(checkpoint: dict, use_ema: bool = True) -> dict[str, torch.Tensor]:
     """The tensors of the model's (or, in a detector/segmentor, the backbone's) state dict.
 
-    Unwraps ``{'model' | 'models' | 'state_dict': ...}``, strips ``module.``, keeps only the
-    ``backbone.`` entries of a detector/segmentor and the adapter's ``model.`` prefix.
+    Unwraps ``{'model' | 'models' | 'state_dict': ...}`` (with ``use_ema``, timm's default and
+    ours, the EMA weights under :data:`EMA_KEYS` first, when the checkpoint has them), strips
+    ``module.``, keeps only the ``backbone.`` entries of a detector/segmentor and the adapter's
+    ``model.`` prefix.
     """
     if not isinstance(checkpoint, dict):
         raise ValueError(f"a checkpoint must be a dict, got {type(checkpoint).__name__}")
-    for key in STATE_DICT_KEYS:
+    for key in (EMA_KEYS if use_ema else ()) + STATE_DICT_KEYS:
         if isinstance(checkpoint.get(key), dict):
             checkpoint = checkpoint[key]
             break

@@ -73,11 +73,44 @@ def test_family_is_found_by_the_model_name():
     assert {"ppma_tiny", "test_ppma"} <= set(package_models()) and "resnet18" not in package_models()
 
 
-def test_family_lookup_errors_name_the_problem(monkeypatch):
+def test_family_lookup_errors_name_the_problem():
     with pytest.raises(ValueError, match="unknown model 'ppma_huge'; the models of this package: .*ppma_tiny"):
         family_module("ppma_huge")
     with pytest.raises(ValueError, match="'resnet18' is a timm model of timm.models.resnet, not a model of this package"):
         checkpoint_filter_of("resnet18")
-    monkeypatch.delattr(ppma.models.ppma, "checkpoint_model_kwargs")
-    with pytest.raises(ValueError, match=r"family of 'ppma_tiny' \(ppma.models.ppma\) defines no checkpoint_model_kwargs"):
-        checkpoint_model_kwargs_of("ppma_tiny")
+
+
+def test_model_state_dict_takes_ema_weights_unless_told_not_to():
+    ema = {k: v + 1 for k, v in WEIGHTS.items()}
+    for key in ("model_ema", "state_dict_ema"):
+        checkpoint = {"model": WEIGHTS, key: ema, "epoch": 3}
+        assert all(model_state_dict(checkpoint)[k] is v for k, v in ema.items())
+        assert all(model_state_dict(checkpoint, use_ema=False)[k] is v for k, v in WEIGHTS.items())
+    assert all(model_state_dict({"model": WEIGHTS})[k] is v for k, v in WEIGHTS.items())  # no EMA: the model
+
+
+def test_read_checkpoint_allows_the_yacs_config_of_official_mlla_checkpoints(tmp_path, monkeypatch):
+    try:
+        from yacs.config import CfgNode
+    except ImportError:  # an equivalent class under the same module path
+        import sys
+        import types
+
+        CfgNode = type("CfgNode", (dict,), {"__module__": "yacs.config"})
+        module = types.ModuleType("yacs.config")
+        module.CfgNode = CfgNode
+        monkeypatch.setitem(sys.modules, "yacs", types.ModuleType("yacs"))
+        monkeypatch.setitem(sys.modules, "yacs.config", module)
+    config = CfgNode()
+    config["MODEL"] = CfgNode({"NAME": "mlla_tiny", "DROP_PATH_RATE": 0.2})
+    config["TRAIN"] = CfgNode({"EPOCHS": 300, "STEPS": [1, 2]})
+    path = tmp_path / "ckpt_epoch_299.pth"
+    torch.save({"model": WEIGHTS, "config": config, "epoch": 299}, path)
+    before = list(torch.serialization.get_safe_globals())
+    checkpoint = read_checkpoint(path)
+    assert torch.serialization.get_safe_globals() == before
+    assert checkpoint["config"] == {"MODEL": {"NAME": "mlla_tiny", "DROP_PATH_RATE": 0.2},
+                                    "TRAIN": {"EPOCHS": 300, "STEPS": [1, 2]}}
+    assert model_state_dict(checkpoint).keys() == WEIGHTS.keys()
+    with pytest.raises(pickle.UnpicklingError, match="CfgNode"):  # only while ppma reads a checkpoint
+        torch.load(path, weights_only=True)
