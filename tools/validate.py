@@ -28,7 +28,7 @@ from timm.data import ImageDataset, create_transform, resolve_data_config
 from tqdm import tqdm
 
 import ppma  # noqa: F401  (registers the presets)
-from ppma.models.checkpoint import model_state_dict, read_checkpoint
+from ppma.models.checkpoint import check_pretrained, model_state_dict, read_checkpoint
 from ppma.models.family import create_from_checkpoint, family_module
 
 
@@ -39,6 +39,8 @@ def parse_args(argv=None):
     weights = parser.add_mutually_exclusive_group(required=True)
     weights.add_argument("--checkpoint", help="official or converted checkpoint, or one written by tools/train.py")
     weights.add_argument("--pretrained", action="store_true", help="the preset's released weights (downloads)")
+    parser.add_argument("--no-ema", action="store_true",
+                        help="a checkpoint with EMA weights (model_ema/state_dict_ema): take the model's instead")
     parser.add_argument("--data", required=True, help="ImageFolder: one sub-folder of images per class")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=4, help="data loading processes")
@@ -61,25 +63,27 @@ def class_folders(root: Path) -> list[str]:
     return classes
 
 
-def load_weights(path: str) -> dict:
-    """The model tensors of a checkpoint file; mmengine training checkpoints need ppma.mm's
-    allow-list of the plain objects they hold (``ppma.mm.serialization``)."""
+def load_weights(path: str, use_ema: bool = True) -> dict:
+    """The model tensors of a checkpoint file (its EMA weights first, unless ``use_ema=False``);
+    mmengine training checkpoints need ppma.mm's allow-list of the plain objects they hold
+    (``ppma.mm.serialization``)."""
     try:
-        return model_state_dict(read_checkpoint(path))
+        return model_state_dict(read_checkpoint(path), use_ema=use_ema)
     except pickle.UnpicklingError:
         if importlib.util.find_spec("mmengine") is None:
             raise ValueError(f"{path} holds training state that only mmengine reads "
                              "(pip install 'ppma[mm]')") from None
         import ppma.mm  # noqa: F401  (allows what tools/train.py checkpoints hold)
 
-        return model_state_dict(read_checkpoint(path))
+        return model_state_dict(read_checkpoint(path), use_ema=use_ema)
 
 
 def build_model(args) -> torch.nn.Module:
     family_module(args.model)  # ValueError listing the presets for another name
     if args.pretrained:
+        check_pretrained(args.model)  # a named error for a preset without a usable download
         return timm.create_model(args.model, pretrained=True)
-    state = load_weights(args.checkpoint)
+    state = load_weights(args.checkpoint, use_ema=not args.no_ema)
     try:
         model = create_from_checkpoint(args.model, state)
     except ValueError as err:
