@@ -1,0 +1,49 @@
+"""Random odd sizes (H != W, 32..257) and batches 1..3 on every family's test preset: forward and
+backward finite, ``features_only`` maps at the family's documented sizes."""
+import math
+import random
+
+import pytest
+import timm
+import torch
+
+import ppma  # noqa: F401  (registers the presets)
+
+FAMILIES = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+DRAWS = 2  # per family: a handful in all, the suite stays fast
+
+
+def _draws(name: str) -> list[tuple[int, int, int]]:
+    rng = random.Random(f"shape-fuzz-{name}")  # fixed per family
+    out = []
+    while len(out) < DRAWS:
+        h, w = rng.randrange(33, 258, 2), rng.randrange(33, 258, 2)  # odd
+        if h != w:
+            out.append((rng.randint(1, 3), h, w))
+    return out
+
+
+def _expected(model, name: str, h: int, w: int) -> list[tuple[int, int]]:
+    """Hierarchical families: ``ceil(size / s)`` (docs/models.md). Vim: tokens ``floor(size / p)``
+    (patch ``p``), the pyramid scales them by ``p / s``, pooling with floor (docs/vim.md)."""
+    strides = [f["reduction"] for f in model.feature_info.get_dicts()]
+    if name != "test_vim":
+        return [(math.ceil(h / s), math.ceil(w / s)) for s in strides]
+    p = timm.create_model(name).stem.proj.stride[0]
+    gh, gw = h // p, w // p
+    return [(gh * p // s, gw * p // s) if s <= p else (gh // (s // p), gw // (s // p)) for s in strides]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_random_shapes(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, features_only=True)
+    for b, h, w in _draws(name):
+        x = torch.randn(b, 3, h, w, requires_grad=True)
+        feats = model(x)
+        assert [tuple(f.shape[-2:]) for f in feats] == _expected(model, name, h, w), (b, h, w)
+        assert all(f.shape[0] == b and torch.isfinite(f).all() for f in feats), (b, h, w)
+        sum(f.square().mean() for f in feats).backward()
+        assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0, (b, h, w)
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        model.zero_grad()
