@@ -40,8 +40,9 @@ def take_indices(num_taps: int, indices: int | Sequence[int] | None = None) -> t
 def check_input(x: torch.Tensor, in_chans: int, input_layout: str, min_size: int) -> torch.Tensor:
     """``x`` if it is a floating-point ``(B, in_chans, H, W)`` (3-D ``(B, in_chans, T, H, W)``)
     with B >= 1 and H, W >= ``min_size``, else ``TypeError``/``ValueError`` naming the problem.
-    A NaN or infinite pixel is a ``ValueError`` too, on every device (one host sync); the value
-    check is skipped while compiling, exporting or tracing, where the data is symbolic.
+    A NaN or infinite pixel is a ``ValueError`` too on the CPU; the value check needs the data on
+    the host, so it is skipped on other devices (no stall per call) and while compiling, exporting
+    or tracing: there a NaN propagates to the outputs, as in timm.
 
     Wrapped for ``torch.fx``: a traced model keeps the check as one call on the data path (so
     dead-code elimination keeps it), run on the real input.
@@ -64,7 +65,7 @@ def check_input(x: torch.Tensor, in_chans: int, input_layout: str, min_size: int
             f"input of {h}x{w} is too small: H and W must be >= {min_size} "
             f"(the stride of the coarsest features), and no dim may be empty; got {tuple(x.shape)}"
         )
-    if not _symbolic(x) and not torch.isfinite(x).all():
+    if x.device.type == "cpu" and not _symbolic(x) and not torch.isfinite(x).all():
         raise ValueError(f"input contains NaN or infinite values (shape {tuple(x.shape)}); check the image "
                          "loading and normalization")
     return x
