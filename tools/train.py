@@ -58,6 +58,7 @@ def main(argv=None):
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume
     prepare_for_device(cfg, args.launcher)
+    cfg.custom_hooks = [*cfg.get("custom_hooks", []), dict(type="RandomStateHook")]  # resume loses nothing
     runner = RUNNERS.build(cfg) if "runner_type" in cfg else Runner.from_cfg(cfg)
     runner.train()
 

@@ -8,15 +8,66 @@ Used by ``tools/train.py`` and ``tools/test.py`` before the mmengine ``Runner`` 
 - mmengine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP wrapper passes
   ``device_ids=[local_rank]``; on CPUs the process group is initialised here with gloo and DDP
   gets ``device_ids=None``.
+
+:class:`RandomStateHook` (added by ``tools/train.py``) makes a resumed run continue the random
+streams of the run it resumes.
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+from mmengine.hooks import Hook
 from mmengine.logging import print_log
+from mmengine.registry import HOOKS
+
+
+def random_state() -> dict:
+    """The global random streams: Python's, numpy's, torch's CPU (and CUDA) generators."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_random_state(state: dict) -> None:
+    """Restore what :func:`random_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@HOOKS.register_module()
+class RandomStateHook(Hook):
+    """Resume that loses nothing: the random streams are saved in every checkpoint
+    (``checkpoint['random_state']``, per process) and restored when a run resumes from it
+    (drop path, dropout, augmentations then draw what the uninterrupted run drew). Validation
+    runs between a save and the next epoch, so it runs on a copy: the training streams are
+    restored after it, as if it had not drawn. mmengine itself restores the optimizer, the
+    schedulers, EMA (``EMAHook``), the message hub and the epoch (the sampler's per-epoch
+    order), but reseeds the random streams from the config's seed.
+    """
+
+    priority = "VERY_LOW"
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint["random_state"] = random_state()
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        if runner._resume and "random_state" in checkpoint:  # not when fine-tuning (load_from)
+            set_random_state(checkpoint["random_state"])
+
+    def before_val(self, runner) -> None:
+        self._training_state = random_state()
+
+    def after_val(self, runner) -> None:
+        set_random_state(self._training_state)
 
 
 def replace_sync_bn(node) -> int:
