@@ -87,3 +87,22 @@ def test_criss_cross_in_chunks_of_lines_matches_the_reference(grid, form, block_
     inputs = [t if t is None else t.detach() for t in make_inputs(grid, torch.float64, batch=2, seed=2)]
     got = cpu._criss_cross_forward(*inputs, form, block_elements=block_elements, whole=0)
     torch.testing.assert_close(got, polyline_attention_reference(*inputs, "criss_cross", form))
+
+
+@pytest.mark.parametrize("whole_line", [1, 64], ids=["blocks", "whole_lines"])
+@pytest.mark.parametrize("grid", [(37, 5), (3, 18, 2)], ids=str)
+def test_linear_blocked_scan_in_blocks_and_whole_lines_matches_the_reference(grid, whole_line, monkeypatch):
+    """The linear kind's CPU scan: lines cut in 16-token blocks (carry across) and whole lines."""
+    import importlib
+
+    from ppma.ops.polyline_linear_attention import polyline_linear_attention_chunked, polyline_linear_attention_reference
+
+    monkeypatch.setattr(importlib.import_module("ppma.ops.polyline_linear_attention.blocked_scan"), "WHOLE_LINE", whole_line)
+    q, k, v, *decays = make_inputs(grid, torch.float64)
+    q, k = (t.detach().abs().requires_grad_() for t in (q, k))  # non-negative features
+    inputs = (q, k, v, *decays)
+    grad = torch.randn(v.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    got, want = [[fn(*inputs), *torch.autograd.grad(fn(*inputs), present(inputs), grad)]
+                 for fn in (polyline_linear_attention_chunked, polyline_linear_attention_reference)]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)

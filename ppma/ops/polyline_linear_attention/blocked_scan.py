@@ -1,9 +1,10 @@
 """``L2D x`` (both polyline path orders) in blocks: matmuls inside blocks, a short carry across.
 
 A 1-D scan along a line of length ``n`` is ``y_p = sum_q exp(-|G_p - G_q|) x_q`` with
-``G = cumsum(-log_decay)`` (:func:`ppma.ops.polyline_mask_1d`). The line is cut into blocks of
-``T = BLOCK`` tokens (the last one padded with decay 1; its ``x`` is zero-padded). With ``c_p``
-the decay sum from the start ``s`` of ``p``'s block to ``p`` and ``e`` the block's end:
+``G = cumsum(-log_decay)`` (:func:`ppma.ops.polyline_mask_1d`). A line of up to
+:data:`WHOLE_LINE` tokens is one block; a longer one is cut into blocks of ``T = BLOCK`` tokens
+(the last one padded with decay 1; its ``x`` is zero-padded). With ``c_p`` the decay sum from
+the start ``s`` of ``p``'s block to ``p`` and ``e`` the block's end:
 
 - inside a block, one ``T x T`` matmul with the block's 1-D mask;
 - from earlier blocks, ``exp(-c_p) H_b`` with the carried state
@@ -25,6 +26,9 @@ import torch.nn.functional as F
 from ..polyline_mask.reference import log_mask_1d
 
 BLOCK = 16
+# Lines up to this many tokens are one block: one T x T matmul, no Python carry loop (on 2 CPU
+# threads, 56-token lines scan about 1.5x faster than in 16-token blocks; see docs/benchmarks.md).
+WHOLE_LINE = 64
 FACTORS_PER_AXIS = 4  # the tensors _axis_factors gives
 
 
@@ -36,7 +40,7 @@ def _axis_factors(log_decay: torch.Tensor, axis: int, block: int) -> list[torch.
     (..., nb, 1) = exp(-c_e)]``."""
     ld = log_decay.movedim(axis, -1)
     n = ld.shape[-1]
-    t = min(block, n)
+    t = n if n <= WHOLE_LINE else min(block, n)
     ld = F.pad(ld, (0, -n % t)).unflatten(-1, (-1, t))  # (..., nb, T)
     c = -torch.cat([torch.zeros_like(ld[..., :1]), ld[..., 1:]], dim=-1).cumsum(-1)
     end = c[..., -1:]
