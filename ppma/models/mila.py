@@ -52,12 +52,8 @@ class MILA(HierarchicalBackbone):
         num_heads: Sequence[int] = (2, 4, 8, 16),
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        in_chans: int = 3,
-        num_classes: int = 1000,
-        global_pool: str = "avg",
         drop_path_rate: float = 0.2,
-        output_norms: bool | Sequence[int] = (),
-        with_head: bool = True,
+        **kwargs,
     ):
         if len(num_heads) != len(embed_dims):
             raise ValueError(f"num_heads must have one entry per stage ({len(embed_dims)}), got {tuple(num_heads)}")
@@ -66,16 +62,12 @@ class MILA(HierarchicalBackbone):
             embed_dims=embed_dims,
             depths=depths,
             mlp_ratios=mlp_ratio,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            global_pool=global_pool,
             drop_path_rate=drop_path_rate,
-            output_norms=output_norms,
-            with_head=with_head,
             head_layer=NormPoolHead,
             block_layer=MILABlock,
             stem_layer=MILAStem,
             downsample_layer=MILADownsample,
+            **kwargs,
         )
         self.apply(_init_weights)
 

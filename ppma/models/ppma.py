@@ -21,7 +21,8 @@ from timm.layers import trunc_normal_
 from timm.models import generate_default_cfgs, register_model, register_notrace_module, resolve_pretrained_cfg
 from torch import nn
 
-from ppma.layers import KINDS, PolylineAttention, ProjectionHead
+from ppma.layers import PolylineAttention, ProjectionHead
+from ppma.layers.polyline_attention import KINDS
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
 from .family import Family, register_family
@@ -56,15 +57,11 @@ class PPMA(HierarchicalBackbone):
         mask_form: str = "official",
         grid: str = "2d",
         shared_decay: bool = False,
-        in_chans: int = 3,
-        num_classes: int = 1000,
-        global_pool: str = "avg",
         drop_path_rate: float = 0.1,
         layerscale: bool | Sequence[bool] = False,
         layerscale_init: float = 1e-6,
-        output_norms: bool | Sequence[int] = (),
-        with_head: bool = True,
         head_hidden_dim: int = 1024,
+        **kwargs,
     ):
         for name, seq in (("num_heads", num_heads), ("attn_kinds", attn_kinds)):
             if len(seq) != len(embed_dims):
@@ -88,15 +85,11 @@ class PPMA(HierarchicalBackbone):
             embed_dims=embed_dims,
             depths=depths,
             mlp_ratios=mlp_ratios,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            global_pool=global_pool,
             drop_path_rate=drop_path_rate,
             block_kwargs=block_kwargs,
             grid=grid,
-            output_norms=output_norms,
-            with_head=with_head,
             head_layer=partial(ProjectionHead, hidden_dim=head_hidden_dim),
+            **kwargs,
         )
         self.attn_kinds = tuple(attn_kinds)
         self.mask_form = mask_form

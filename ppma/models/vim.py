@@ -150,12 +150,8 @@ class VimHierarchical(HierarchicalBackbone):
         depths: Sequence[int] = (2, 2, 8, 2),
         d_state: int = 16,
         expand: int = 2,
-        in_chans: int = 3,
-        num_classes: int = 1000,
-        global_pool: str = "avg",
         drop_path_rate: float = 0.1,
-        output_norms: bool | Sequence[int] = (),
-        with_head: bool = True,
+        **kwargs,
     ):
         mixer = partial(RasterBiMamba, d_state=d_state, expand=expand, num_layers=sum(depths))
         super().__init__(
@@ -163,13 +159,9 @@ class VimHierarchical(HierarchicalBackbone):
             embed_dims=embed_dims,
             depths=depths,
             mlp_ratios=0.0,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            global_pool=global_pool,
             drop_path_rate=drop_path_rate,
-            output_norms=output_norms,
-            with_head=with_head,
             block_layer=VimBlock,
+            **kwargs,
         )
 
 

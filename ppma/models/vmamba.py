@@ -79,12 +79,8 @@ class VMamba(HierarchicalBackbone):
         mlp_ratio: float = 4.0,
         patchembed_version: str = "v2",
         downsample_version: str = "v3",
-        in_chans: int = 3,
-        num_classes: int = 1000,
-        global_pool: str = "avg",
         drop_path_rate: float = 0.2,
-        output_norms: bool | Sequence[int] = (),
-        with_head: bool = True,
+        **kwargs,
     ):
         mixer = partial(SS2D, d_state=d_state, ssm_ratio=ssm_ratio, dt_rank=dt_rank, conv_bias=conv_bias,
                         forward_type=forward_type)
@@ -93,16 +89,12 @@ class VMamba(HierarchicalBackbone):
             embed_dims=embed_dims,
             depths=depths,
             mlp_ratios=mlp_ratio,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            global_pool=global_pool,
             drop_path_rate=drop_path_rate,
-            output_norms=output_norms,
-            with_head=with_head,
             head_layer=NormPoolHead,
             block_layer=VSSBlock,
             stem_layer=_choice("patchembed_version", patchembed_version, STEMS),
             downsample_layer=_choice("downsample_version", downsample_version, DOWNSAMPLERS),
+            **kwargs,
         )
         self.apply(_init_weights)
 
