@@ -1,6 +1,6 @@
 """Parameters and FLOPs of the package's presets: the numbers in docs/models.md, vmamba.md, vim.md.
 
-    python tools/model_stats.py                          # every ppma_* preset at 224x224
+    python tools/model_stats.py                          # every preset of every family at 224x224
     python tools/model_stats.py ppma_tiny vmamba_tiny vim_tiny --size 512 768
 
 FLOPs are :func:`ppma.models.flops.flop_analysis` (fvcore, one multiply-add = one FLOP, every
@@ -13,7 +13,7 @@ import argparse
 import timm
 import torch
 
-import ppma  # noqa: F401  (registers the presets)
+from ppma.models.family import families, package_models
 from ppma.models.flops import flop_analysis, total_flops
 
 
@@ -29,14 +29,14 @@ def stats(name: str, size: tuple[int, int], frames: int) -> tuple[int, float, fl
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", nargs="*", help="presets (default: every ppma_* preset)")
+    parser.add_argument("models", nargs="*", help="presets (default: every family's presets but the test ones)")
     parser.add_argument("--size", type=int, nargs=2, default=(224, 224), metavar=("H", "W"))
     parser.add_argument("--frames", type=int, default=8, help="frames for 3-D presets (default: 8)")
     args = parser.parse_args(argv)
-    names = args.models or timm.list_models("ppma_*")
-    unknown = [n for n in names if not timm.is_model(n)]
+    names = args.models or [p for f in families() for p in f.presets if p != f.test_preset]
+    unknown = [n for n in names if n not in package_models()]
     if unknown:
-        parser.error(f"unknown models {unknown}; ppma presets: {timm.list_models('ppma_*')}")
+        parser.error(f"unknown models {unknown}; the presets of this package: {', '.join(package_models())}")
     size = f"{args.size[0]}x{args.size[1]}"
     print(f"| model | params | GFLOPs @ {size} | without attention products |\n| --- | ---: | ---: | ---: |")
     for name in names:

@@ -1,4 +1,8 @@
-"""nn.Modules built from :mod:`ppma.ops`: token mixers and the blocks around them."""
+"""nn.Modules built from :mod:`ppma.ops`: token mixers and the blocks around them.
+
+Top level: the pieces the skeletons share and PPMA's mixer under its own name
+(:class:`PolylineAttention`); a family's other pieces and constants stay in its module
+(``ppma.layers.polyline_attention.KINDS``, ``ppma.layers.vmamba``, ``ppma.layers.vim``, ...)."""
 from .block import MixerBlock, SequenceBlock
 from .conv import GridDepthwiseConv
 from .decay import DecayGenerator
@@ -6,17 +10,15 @@ from .embed import ConvDownsample, ConvStem, PatchStem
 from .ffn import ConvFFN
 from .head import NormPoolHead, ProjectionHead, TokenPoolHead
 from .layout import GRID_2D, GRID_3D, GRIDS, LAYOUTS, SEQUENCE, check_mixer_layout
-from .polyline_attention import KINDS, MASK_FORMS, PolylineAttention, elu_feature_map
+from .polyline_attention import PolylineAttention
 from .rope import RasterRotaryEmbedding
 
 __all__ = [
     "GRID_2D",
     "GRID_3D",
     "GRIDS",
-    "KINDS",
     "LAYOUTS",
     "SEQUENCE",
-    "MASK_FORMS",
     "ConvDownsample",
     "ConvFFN",
     "ConvStem",
@@ -31,5 +33,4 @@ __all__ = [
     "SequenceBlock",
     "TokenPoolHead",
     "check_mixer_layout",
-    "elu_feature_map",
 ]

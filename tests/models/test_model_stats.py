@@ -16,3 +16,16 @@ def test_table_rows_and_unknown_model():
     assert row.startswith("| ppma_tiny | 14,335,272 |") and float(row.split("|")[3]) > 0
     bad = subprocess.run([sys.executable, TOOL, "ppma_huge"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown models ['ppma_huge']" in bad.stderr
+
+
+def test_default_lists_every_family():  # stats() replaced: names only, no model built
+    import runpy
+
+    from ppma.models.family import families, family_of
+
+    names = []
+    tool = runpy.run_path(str(TOOL))
+    tool["main"].__globals__["stats"] = lambda name, size, frames: names.append(name) or (0, 0.0, 0.0)
+    tool["main"]([])
+    assert {family_of(n).name for n in names} == {f.name for f in families()}
+    assert not any(n.startswith("test_") for n in names)
