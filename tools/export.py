@@ -120,7 +120,7 @@ def max_relative_error(model: torch.nn.Module, run, shape) -> float:
     got = run(x)
     if len(got) != len(expected):
         raise RuntimeError(f"the exported model returns {len(got)} outputs, eager {len(expected)}")
-    return max(float((g - e).abs().max() / e.abs().max().clamp_min(1e-30)) for g, e in zip(got, expected))
+    return max(float((g.detach() - e).abs().max() / e.abs().max().clamp_min(1e-30)) for g, e in zip(got, expected))
 
 
 def export_one(name, output: Path, fmt: str, checkpoint=None, features=False, img_size=None, batch_size=2,

@@ -9,11 +9,15 @@ import pytest
 import torch
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "export.py"
-PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+# Exporting a preset takes 30 s to 3 minutes on 2 busy cores: by default only test_ppma's ONNX runs
+# here; PPMA_TEST_ALL_EXPORTS=1 checks all four families (docs/deploy.md).
+ALL = os.environ.get("PPMA_TEST_ALL_EXPORTS") == "1"
+PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"] if ALL else ["test_ppma"]
 # Example sizes with H != W and off the presets' default grids (see docs/deploy.md: Vim's
 # position embedding at its own grid); checked at two other sizes and batch sizes, one odd.
 EXAMPLE = (48, 40)
-OTHER_SIZES = [(1, 3, 97, 131), (3, 3, 64, 72)]
+OTHER_SIZES = {"test_vim": [(1, 3, 48, 72), (3, 3, 64, 80)]}  # Vim: multiples of its patch
+DEFAULT_SIZES = [(1, 3, 97, 131), (3, 3, 64, 72)]
 # One ONNX export takes 30 s to 3 min on 2 busy cores: by default only PPMA's (the polyline ops);
 # the selective scan's export graph is checked at other lengths in test_export_forms.py.
 ALL = os.environ.get("PPMA_TEST_ALL_EXPORTS") == "1"
@@ -54,7 +58,7 @@ def test_onnx_runs_in_onnxruntime_at_other_sizes(name, tmp_path):
     path = tmp_path / f"{name}.onnx"
     export.save(export.export_program(model, x), x, "onnx", path, export.DEFAULT_OPSET)
     run = export.runner("onnx", path)
-    for shape in OTHER_SIZES:
+    for shape in OTHER_SIZES.get(name, DEFAULT_SIZES):
         assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
 
 
@@ -64,7 +68,7 @@ def test_pt2_round_trip_at_other_sizes(tmp_path):
     path = tmp_path / "test_ppma.pt2"
     export.save(export.export_program(model, x), x, "pt2", path, export.DEFAULT_OPSET)
     run = export.runner("pt2", path)
-    for shape in OTHER_SIZES:
+    for shape in DEFAULT_SIZES:
         assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
 
 

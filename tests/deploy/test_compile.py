@@ -1,0 +1,26 @@
+"""``torch.compile(fullgraph=True)`` of every family's ``test_*`` preset on the CPU, train and eval:
+Dynamo traces each forward (and the train step's backward) in one graph, with no graph break.
+
+The ``eager`` compiler backend keeps this fast: a graph break raises under ``fullgraph=True``
+whatever the backend, and Inductor's code generation is not what is checked here."""
+import pytest
+import timm
+import torch
+
+import ppma  # noqa: F401  (registers the presets)
+
+PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_compile_fullgraph_train_and_eval(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name)
+    compiled = torch.compile(model, fullgraph=True, backend="eager", dynamic=False)
+    x = torch.randn(2, 3, 40, 48)
+    model.train()
+    compiled(x).sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
