@@ -10,10 +10,12 @@ Used by ``tools/train.py`` and ``tools/test.py`` before the mmengine ``Runner`` 
   gets ``device_ids=None``.
 
 :class:`RandomStateHook` (added by ``tools/train.py``) makes a resumed run continue the random
-streams of the run it resumes.
+streams of the run it resumes; :class:`AtomicLocalBackend`, mmengine's local file backend from
+the import of this module on, writes every file (checkpoints, ``last_checkpoint``) atomically.
 """
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -21,9 +23,30 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+from mmengine.fileio.backends import LocalBackend, register_backend
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
+
+
+class AtomicLocalBackend(LocalBackend):
+    """mmengine's local file backend, writing atomically: the data goes to ``<path>.tmp``, then
+    ``os.replace`` renames it. A run killed during a save leaves the previous checkpoint and
+    ``last_checkpoint`` whole (and maybe a stray ``.tmp``), so ``--resume`` picks the previous
+    complete checkpoint."""
+
+    def put(self, obj: bytes, filepath) -> None:
+        tmp = f"{filepath}.tmp"
+        super().put(obj, tmp)
+        os.replace(tmp, filepath)
+
+    def put_text(self, obj: str, filepath, encoding: str = "utf-8") -> None:
+        tmp = f"{filepath}.tmp"
+        super().put_text(obj, tmp, encoding)
+        os.replace(tmp, filepath)
+
+
+register_backend("local", AtomicLocalBackend, force=True, prefixes="")  # paths without a scheme
 
 
 def random_state() -> dict:
