@@ -3,7 +3,7 @@
 Importing this package (configs do it with
 ``custom_imports=dict(imports=['ppma.mm'], allow_failed_imports=False)``)
 
-- registers :class:`PyramidBackbone` and its alias :class:`PPMA` in the ``MODELS`` registry of
+- registers :class:`PyramidBackbone` (any family's preset by ``model_name``) in the ``MODELS`` registry of
   mmdet and of mmseg, whichever of the two is installed (ImportError if neither is);
 - registers :class:`NoDecayOptimWrapperConstructor` (no weight decay on the parameters the
   model declares in ``no_weight_decay()``) and :class:`LayerDecayOptimWrapperConstructor` (the
@@ -17,12 +17,12 @@ classification configs only, so that mmdet/mmseg users do not need mmpretrain.
 import importlib
 import importlib.util
 
-from .backbone import PPMA, PyramidBackbone
+from .backbone import PyramidBackbone
 from .optim import LayerDecayOptimWrapperConstructor, NoDecayOptimWrapperConstructor
 from .serialization import allow_checkpoint_globals
 
 __all__ = [
-    "PPMA", "LayerDecayOptimWrapperConstructor", "NoDecayOptimWrapperConstructor", "PyramidBackbone", "REGISTERED_IN",
+    "LayerDecayOptimWrapperConstructor", "NoDecayOptimWrapperConstructor", "PyramidBackbone", "REGISTERED_IN",
     "allow_checkpoint_globals",
 ]
 
@@ -54,4 +54,4 @@ def _register(classes) -> tuple[str, ...]:
 
 
 allow_checkpoint_globals()
-REGISTERED_IN = _register((PyramidBackbone, PPMA))
+REGISTERED_IN = _register((PyramidBackbone,))

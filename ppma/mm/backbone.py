@@ -1,9 +1,9 @@
 """mmdet/mmseg backbone wrapping any timm model of this package that has four-scale features
 (the hierarchical families, and the plain Vim presets through their released feature pyramid).
 
-Configs name it ``type='PyramidBackbone'`` (any family) or ``type='PPMA'`` (the PPMA presets)::
+Configs name it ``type='PyramidBackbone'`` with a preset of any family::
 
-    backbone=dict(type='PPMA', model_name='ppma_tiny', out_indices=(0, 1, 2, 3),
+    backbone=dict(type='PyramidBackbone', model_name='ppma_tiny', out_indices=(0, 1, 2, 3),
                   drop_path_rate=0.1, frozen_stages=-1, with_cp=False,
                   init_cfg=dict(type='Pretrained', checkpoint='best.pth'))
 
@@ -18,11 +18,10 @@ import timm
 import torch
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
-from timm.models._features import FeatureGetterNet
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ppma.models.checkpoint import model_state_dict
-from ppma.models.family import checkpoint_filter_of
+from ppma.models.checkpoint import load_strict, model_state_dict
+from ppma.models.family import family_of
 
 from .checkpoint import read_checkpoint
 
@@ -63,6 +62,7 @@ class PyramidBackbone(BaseModule):
         super().__init__(init_cfg=init_cfg)
         if drop_path_rate is not None:
             model_kwargs["drop_path_rate"] = drop_path_rate
+        family_of(model_name)  # ValueError naming the presets of this package for any other name
         self.model_name = model_name
         try:
             features = timm.create_model(model_name, pretrained=False, features_only=True,
@@ -70,9 +70,6 @@ class PyramidBackbone(BaseModule):
         except TypeError as err:  # e.g. "PPMA.__init__() got an unexpected keyword argument 'x'"
             raise TypeError(f"{type(self).__name__}: timm cannot build {model_name!r} with the "
                             f"backbone arguments {sorted(model_kwargs)}: {err}") from err
-        if not isinstance(features, FeatureGetterNet):
-            raise TypeError(f"{model_name!r} is not a hierarchical model of this package "
-                            f"(timm built a {type(features).__name__}, expected FeatureGetterNet)")
         self.model = features.model  # keys stay the timm model's own: backbone.model.stem...
         self.out_indices = tuple(features.out_indices)
         self.channels = tuple(features.feature_info.channels())
@@ -122,32 +119,15 @@ class PyramidBackbone(BaseModule):
         Returns the keys that kept their initialisation; logs what was loaded.
         """
         checkpoint = model_state_dict(read_checkpoint(path))
-        filter_fn = checkpoint_filter_of(self.model_name)
-        own = self.model.state_dict()
-        try:
-            state = filter_fn(checkpoint, self.model)
-            self.model.load_state_dict(state, strict=True)
-        except (ValueError, RuntimeError) as err:  # RuntimeError: load_state_dict's shape check
-            raise ValueError(f"checkpoint {path} does not fit {self.model_name!r}: {err}") from err
-        # the filter fills what it may leave out with the model's own tensors
-        kept = [k for k, v in state.items() if v.data_ptr() == own[k].data_ptr()]
-        print_log(f"{self.model_name}: loaded {len(state) - len(kept)} tensors from {path}; "
-                  f"{len(checkpoint) - len(state) + len(kept)} checkpoint entries unused "
+        state = load_strict(self.model, checkpoint, family_of(self.model_name).checkpoint_filter_fn,
+                            source=f"checkpoint {path}", model_name=self.model_name)
+        print_log(f"{self.model_name}: loaded {len(state.loaded)} tensors from {path}; "
+                  f"{len(checkpoint) - len(state.loaded)} checkpoint entries unused "
                   "(classification head, recomputed buffers)", logger="current")
-        if kept:
+        if state.kept:
             print_log(f"{self.model_name}: not in a classification checkpoint, kept their "
-                      f"initialisation: {kept}", logger="current")
-        return kept
-
-
-class PPMA(PyramidBackbone):
-    """:class:`PyramidBackbone` for the PPMA presets (``ppma_tiny``, ``ppma_linear_small``, ...)."""
-
-    def __init__(self, model_name: str = "ppma_tiny", **kwargs):
-        if not model_name.startswith("ppma_"):
-            raise ValueError(f"PPMA takes the ppma_* presets, got model_name={model_name!r}; "
-                             "use type='PyramidBackbone' for other families")
-        super().__init__(model_name, **kwargs)
+                      f"initialisation: {state.kept}", logger="current")
+        return state.kept
 
 
 def _check_init_cfg(init_cfg: dict | None) -> None:

@@ -1,4 +1,4 @@
-"""ppma.mm.PyramidBackbone / PPMA: features, registries, freezing, checkpoints, errors."""
+"""ppma.mm.PyramidBackbone: features, registries, freezing, checkpoints, errors."""
 import argparse
 import math
 
@@ -9,14 +9,14 @@ import torch
 pytest.importorskip("mmdet", reason="mmdet is not installed (pip install 'ppma[mm]'); CI installs it")
 import timm  # noqa: E402
 
-from ppma.mm import PPMA, PyramidBackbone  # noqa: E402
+from ppma.mm import PyramidBackbone  # noqa: E402
 
 
 @pytest.fixture
 def build(mm):
     def make(**kwargs):
         torch.manual_seed(int(torch.randint(0, 2**31 - 1, ())))
-        return PPMA(model_name="ppma_tiny", **{**mm.micro, "drop_path_rate": 0.0, **kwargs})
+        return PyramidBackbone(model_name="ppma_tiny", **{**mm.micro, "drop_path_rate": 0.0, **kwargs})
     return make
 
 
@@ -37,9 +37,9 @@ def test_multiscale_features_at_odd_size(build):
 @pytest.mark.parametrize("package", ["mmdet", "mmseg"])
 def test_registered_in_both_registries(mm, package):
     registry = pytest.importorskip(f"{package}.registry", reason=f"{package} is not installed").MODELS
-    for name in ("PPMA", "PyramidBackbone"):
-        model = registry.build(dict(type=name, model_name="ppma_tiny", **mm.micro))
-        assert isinstance(model, PyramidBackbone)
+    model = registry.build(dict(type="PyramidBackbone", model_name="ppma_tiny", **mm.micro))
+    assert isinstance(model, PyramidBackbone)
+    assert registry.get("PPMA") is None  # no family-named alias
 
 
 def test_frozen_stages(build):
@@ -80,18 +80,16 @@ def test_unknown_backbone_argument_is_named(mm):
     from mmdet.registry import MODELS
 
     with pytest.raises(TypeError, match="bogus_width"):
-        MODELS.build(dict(type="PPMA", model_name="ppma_tiny", bogus_width=3, **mm.micro))
+        MODELS.build(dict(type="PyramidBackbone", model_name="ppma_tiny", bogus_width=3, **mm.micro))
 
 
 def test_bad_arguments(build):
-    with pytest.raises(ValueError, match="ppma_"):
-        PPMA(model_name="resnet18")
+    with pytest.raises(ValueError, match="'resnet18' is a timm model of timm.models.resnet, not a model of this package"):
+        PyramidBackbone(model_name="resnet18")
     with pytest.raises(ValueError, match="frozen_stages"):
         build(frozen_stages=5)
     with pytest.raises(ValueError, match="init_cfg"):
         build(init_cfg=dict(type="Kaiming"))
-    with pytest.raises(TypeError, match="FeatureGetterNet"):
-        PyramidBackbone("resnet18")
 
 
 def classifier(mm, **kwargs):
@@ -157,7 +155,7 @@ def test_loads_an_official_classification_checkpoint(mm, tmp_path, official_layo
     official = official_layout.state_dict(**official_layout.CFG)
     torch.save({"model": official, "args": argparse.Namespace(model="PPMA_T")}, tmp_path / "best.pth")
     cfg = {k: v for k, v in official_layout.OURS.items() if k != "num_classes"}
-    model = PPMA(model_name="ppma_tiny", init_cfg=dict(type="Pretrained", checkpoint=str(tmp_path / "best.pth")), **cfg)
+    model = PyramidBackbone(model_name="ppma_tiny", init_cfg=dict(type="Pretrained", checkpoint=str(tmp_path / "best.pth")), **cfg)
     model.init_weights()
     state = model.model.state_dict()
     torch.testing.assert_close(state["stem.conv1.weight"], official["patch_embed.proj.0.weight"], rtol=0, atol=0)
