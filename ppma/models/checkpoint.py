@@ -211,11 +211,16 @@ def finish_conversion(converted: dict, sources: dict, model: nn.Module) -> Conve
               for k, v in converted.items() if k in own and not k.startswith("head.fc.") and v.shape != own[k].shape]
     if unexpected or missing or shapes:
         raise ValueError("checkpoint does not match the model: " + "; ".join(
-            f"{what}: {keys}" for what, keys in (("keys without a counterpart in the model", unexpected),
+            f"{what}: {_first(keys)}" for what, keys in (("keys without a counterpart in the model", unexpected),
                                                  ("model keys missing from the checkpoint", missing),
                                                  ("shapes differ", shapes)) if keys))
     dropped = [source for k, source in sources.items() if k not in converted]
     return Converted({**converted, **{k: own[k] for k in kept}}, list(converted), kept, dropped)
+
+
+def _first(keys: list, count: int = 8) -> str:
+    """``keys`` for an error message: the first ``count`` of them, then how many there are."""
+    return str(keys) if len(keys) <= count else f"{keys[:count]} and {len(keys) - count} more ({len(keys)} in all)"
 
 
 def load_strict(model: nn.Module, state_dict: dict, filter_fn: Callable[[dict, nn.Module], dict] | None = None, *,

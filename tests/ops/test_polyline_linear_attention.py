@@ -7,8 +7,9 @@ from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.ops import polyline_linear_attention, polyline_mask
 from ppma.ops.polyline_linear_attention import polyline_linear_attention_chunked, polyline_linear_attention_reference
 
-# Grids with lines of one and several scan blocks (blocked_scan.BLOCK = 16), odd, H != W.
-GRIDS = [(7, 9), (1, 9), (37, 5), (2, 3, 4), (3, 18, 2)]
+# Odd grids, H != W: lines of at most blocked_scan.WHOLE_LINE = 64 tokens are one scan block;
+# (67, 3) has lines of several blocks of blocked_scan.BLOCK = 16 tokens (with a carry between them).
+GRIDS = [(7, 9), (1, 9), (37, 5), (67, 3), (2, 3, 4), (3, 18, 2)]
 
 
 def make_inputs(grid, dtype=torch.float32, batch=1, heads=2, d=4, dv=3):
