@@ -1,5 +1,6 @@
 """Random odd sizes (H != W, 32..257) and batches 1..3 on every family's test preset: forward and
-backward finite, ``features_only`` maps at the family's documented sizes."""
+backward finite, ``features_only`` maps at the family's documented sizes; the ops' ``torch`` and
+``triton`` backends agree on the calls of such a forward."""
 import math
 import random
 
@@ -8,6 +9,8 @@ import timm
 import torch
 
 import ppma  # noqa: F401  (registers the presets)
+from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.ops.registry import Op
 
 FAMILIES = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
 DRAWS = 2  # per family: a handful in all, the suite stays fast
@@ -47,3 +50,26 @@ def test_random_shapes(name):
         assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0, (b, h, w)
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
         model.zero_grad()
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n != "test_mila"])  # MILA calls no registered op
+def test_random_shapes_torch_and_triton_agree_on_every_op_call(name, monkeypatch):
+    """Every op call of a forward at a random odd size, replayed on the ``torch`` and ``triton``
+    backends (Triton's interpreter on the CPU): equal outputs. Smaller sizes than above (33..97),
+    as the interpreter is slow."""
+    if triton_unavailable_reason("cpu") is not None:
+        pytest.skip(triton_unavailable_reason("cpu"))
+    calls = []
+    run = Op.__call__
+    monkeypatch.setattr(Op, "__call__", lambda op, *args, backend: calls.append((op, args)) or run(op, *args, backend=backend))
+    rng = random.Random(f"shape-fuzz-ops-{name}")
+    h, w = rng.randrange(33, 98, 2), rng.randrange(33, 98, 2)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        timm.create_model(name, features_only=True)(torch.randn(rng.randint(1, 3), 3, h, w))
+    replayed = [(op, args) for op, args in calls if op.kernel("triton") is not None]
+    assert replayed, f"{name} calls no op with a Triton kernel"
+    for op, args in replayed:
+        want, got = (run(op, *args, backend=backend) for backend in ("torch", "triton"))
+        for g, e in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want))):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5, msg=lambda m: f"{op.name} at {h}x{w}: {m}")
