@@ -36,7 +36,8 @@ def check_decays(log_alpha, log_beta, log_gamma, grid_shape=None, x_name="x") ->
         # Value checks need the data on the host; on CUDA they would stall every call.
         if t.device.type == "cpu" and not torch.compiler.is_compiling():
             if torch.isnan(t).any():
-                raise ValueError(f"{name} contains NaN")
+                raise ValueError(f"{name} contains NaN (a model's input is checked before; NaN here came "
+                                 "from its weights or from the tensors passed to the op)")
             if (t > 0).any():
                 raise ValueError(f"{name} must be <= 0 (a log-decay), max is {t.max().item():.4g}")
     if grid_shape is not None and tuple(grid_shape) != tuple(log_alpha.shape):
