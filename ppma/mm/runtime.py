@@ -27,6 +27,7 @@ from mmengine.fileio.backends import LocalBackend, register_backend
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
+from mmengine.runner import IterBasedTrainLoop
 
 
 class AtomicLocalBackend(LocalBackend):
@@ -74,7 +75,9 @@ class RandomStateHook(Hook):
     runs between a save and the next epoch, so it runs on a copy: the training streams are
     restored after it, as if it had not drawn. mmengine itself restores the optimizer, the
     schedulers, EMA (``EMAHook``), the message hub and the epoch (the sampler's per-epoch
-    order), but reseeds the random streams from the config's seed.
+    order), but reseeds the random streams from the config's seed. An iteration-based loop
+    loads the batches trained before the checkpoint again to skip them: the streams are restored
+    after that skip (:class:`_RestoreAfterSkip`).
     """
 
     priority = "VERY_LOW"
@@ -84,13 +87,36 @@ class RandomStateHook(Hook):
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         if runner._resume and "random_state" in checkpoint:  # not when fine-tuning (load_from)
-            set_random_state(checkpoint["random_state"])
+            state = checkpoint["random_state"]
+            set_random_state(state)
+            loop, done = runner.train_loop, checkpoint["meta"]["iter"]
+            if isinstance(loop, IterBasedTrainLoop) and done > 0:
+                loop.dataloader_iterator = _RestoreAfterSkip(loop, done, state)
 
     def before_val(self, runner) -> None:
         self._training_state = random_state()
 
     def after_val(self, runner) -> None:
         set_random_state(self._training_state)
+
+
+class _RestoreAfterSkip:
+    """An iteration-based loop's data iterator while its resumed run skips the batches trained
+    before the checkpoint: mmengine loads them again through the pipeline, whose augmentations
+    draw from the random streams. After the last skipped batch the checkpoint's streams are
+    restored and the loop gets its own iterator back."""
+
+    def __init__(self, loop: IterBasedTrainLoop, skip: int, state: dict):
+        self.loop, self.skip, self.state = loop, skip, state
+        self.iterator = loop.dataloader_iterator
+
+    def __next__(self):
+        batch = next(self.iterator)
+        self.skip -= 1
+        if self.skip == 0:
+            set_random_state(self.state)
+            self.loop.dataloader_iterator = self.iterator
+        return batch
 
 
 def replace_sync_bn(node) -> int:

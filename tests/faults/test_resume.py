@@ -1,5 +1,6 @@
-"""Resume loses nothing: a training run killed (SIGKILL) after its first checkpoint and resumed
-ends bitwise equal to an uninterrupted run; checkpoints are written atomically."""
+"""Resume loses nothing: a training run (epoch- or iteration-based) killed (SIGKILL) after its
+first checkpoint and resumed ends bitwise equal to an uninterrupted run; checkpoints are written
+atomically."""
 import os
 import signal
 import subprocess
@@ -17,18 +18,30 @@ from mmengine.fileio.backends import LocalBackend  # noqa: E402
 from ppma.mm.runtime import AtomicLocalBackend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = ROOT / "mm_configs" / "classification" / "quickstart" / "test_ppma_shapes.py"
-# two epochs of three iterations (12 images of 32x32), validation after each, EMA, no workers
-OPTIONS = ["train_cfg.max_epochs=2", "train_dataloader.batch_size=4", "randomness.seed=0",
-           "randomness.deterministic=True", "default_hooks.checkpoint.max_keep_ckpts=3",
-           *(f"{loader}.{key}" for loader in ("train_dataloader", "val_dataloader", "test_dataloader")
-             for key in ("num_workers=0", "persistent_workers=False"))]
+NO_WORKERS = [f"{loader}.{key}" for loader in ("train_dataloader", "val_dataloader", "test_dataloader")
+              for key in ("num_workers=0", "persistent_workers=False")]
+SEEDED = ["randomness.seed=0", "randomness.deterministic=True", *NO_WORKERS]
+# (config, options, first checkpoint, last checkpoint, what the resumed run logs, weights compared)
+RUNS = {
+    # epoch-based: two epochs of three iterations (12 images of 32x32), validation after each, EMA
+    "classification": ("classification/quickstart/test_ppma_shapes.py",
+                       ["train_cfg.max_epochs=2", "train_dataloader.batch_size=4",
+                        "default_hooks.checkpoint.max_keep_ckpts=3"],
+                       "epoch_1.pth", "epoch_2.pth", "resumed epoch: 1", ("state_dict", "ema_state_dict")),
+    # iteration-based: mmengine loads the 2 trained batches again (random flips) before iteration 3
+    "detection": ("quickstart/mask_rcnn_ppma_micro_fpn_shapes.py",
+                  ["train_cfg.max_iters=4", "train_cfg.val_interval=100", "train_dataloader.batch_size=2",
+                   "default_hooks.checkpoint.interval=2", "default_hooks.checkpoint.max_keep_ckpts=3",
+                   "param_scheduler.0.end=2", "param_scheduler.1.end=4", "param_scheduler.1.T_max=4"],
+                  "iter_2.pth", "iter_4.pth", "resumed epoch: 0, iter: 2", ("state_dict",)),
+}
 
 
-def train(root: Path, work: str, *extra) -> subprocess.Popen:
+def train(root: Path, run: str, work: str, *extra) -> subprocess.Popen:
+    config, options = RUNS[run][:2]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, str(ROOT / "tools" / "train.py"), str(QUICK), "--work-dir", work,
-                             *extra, "--cfg-options", *OPTIONS], cwd=root, env=env,
+    return subprocess.Popen([sys.executable, str(ROOT / "tools" / "train.py"), str(ROOT / "mm_configs" / config),
+                             "--work-dir", work, *extra, "--cfg-options", *options, *SEEDED], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -38,13 +51,16 @@ def finish(process: subprocess.Popen) -> str:
     return out
 
 
-def test_resume_after_sigkill_is_bitwise_equal(tmp_path):
+@pytest.mark.parametrize("run", RUNS)
+def test_resume_after_sigkill_is_bitwise_equal(tmp_path, run):
     made = subprocess.run([sys.executable, str(ROOT / "tools" / "make_shapes_dataset.py"), "data/shapes",
-                           "--num-train", "1", "--num-val", "1", "--size", "32", "--cls-train", "4",
-                           "--cls-val", "2", "--seed", "5"], cwd=tmp_path, capture_output=True, text=True)
+                           "--num-train", "4", "--num-val", "1", "--size", "64", "--cls-train", "4",
+                           "--cls-val", "2", "--seed", "5"],
+                          cwd=tmp_path, capture_output=True, text=True)
     assert made.returncode == 0, made.stdout + made.stderr
-    full = train(tmp_path, "full")
-    killed = train(tmp_path, "killed")
+    first, last, resumed, compared = RUNS[run][2:]
+    full = train(tmp_path, run, "full")
+    killed = train(tmp_path, run, "killed")
     latest = tmp_path / "killed" / "last_checkpoint"
     deadline = time.time() + 300
     while not latest.exists() and killed.poll() is None and time.time() < deadline:
@@ -52,13 +68,12 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path):
     assert killed.poll() is None, "the run ended before it could be killed"
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    assert latest.read_text().strip().endswith("epoch_1.pth") and not (tmp_path / "killed" / "epoch_2.pth").exists()
-    out = finish(train(tmp_path, "killed", "--resume"))
-    assert "resumed epoch: 1" in out
+    assert latest.read_text().strip().endswith(first) and not (tmp_path / "killed" / last).exists()
+    assert resumed in finish(train(tmp_path, run, "killed", "--resume"))
     finish(full)
-    a = torch.load(tmp_path / "full" / "epoch_2.pth", map_location="cpu", weights_only=False)
-    b = torch.load(tmp_path / "killed" / "epoch_2.pth", map_location="cpu", weights_only=False)
-    for key in ("state_dict", "ema_state_dict"):
+    a = torch.load(tmp_path / "full" / last, map_location="cpu", weights_only=False)
+    b = torch.load(tmp_path / "killed" / last, map_location="cpu", weights_only=False)
+    for key in compared:
         assert a[key].keys() == b[key].keys()
         for name in a[key]:
             assert torch.equal(a[key][name], b[key][name]), f"{key} {name}"
