@@ -73,7 +73,8 @@ class RandomStateHook(Hook):
     (``checkpoint['random_state']``, per process) and restored when a run resumes from it
     (drop path, dropout, augmentations then draw what the uninterrupted run drew). Validation
     runs between a save and the next epoch, so it runs on a copy: the training streams are
-    restored after it, as if it had not drawn. mmengine itself restores the optimizer, the
+    restored after it, as if it had not drawn, and a checkpoint saved during it (mmengine saves
+    the latest one again when the best score improves) stores the training streams. mmengine itself restores the optimizer, the
     schedulers, EMA (``EMAHook``), the message hub and the epoch (the sampler's per-epoch
     order), but reseeds the random streams from the config's seed. An iteration-based loop
     loads the batches trained before the checkpoint again to skip them: the streams are restored
@@ -82,8 +83,13 @@ class RandomStateHook(Hook):
 
     priority = "VERY_LOW"
 
+    def __init__(self):
+        self._training_state = None  # the training streams, while validation runs
+
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        checkpoint["random_state"] = random_state()
+        # mmengine saves the latest checkpoint again during validation when the best score improves
+        state = self._training_state
+        checkpoint["random_state"] = random_state() if state is None else state
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         if runner._resume and "random_state" in checkpoint:  # not when fine-tuning (load_from)
@@ -98,6 +104,7 @@ class RandomStateHook(Hook):
 
     def after_val(self, runner) -> None:
         set_random_state(self._training_state)
+        self._training_state = None
 
 
 class _RestoreAfterSkip:

@@ -15,7 +15,7 @@ pytest.importorskip("mmpretrain")
 from mmengine.fileio import get_file_backend  # noqa: E402
 from mmengine.fileio.backends import LocalBackend  # noqa: E402
 
-from ppma.mm.runtime import AtomicLocalBackend  # noqa: E402
+from ppma.mm.runtime import AtomicLocalBackend, RandomStateHook, set_random_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_WORKERS = [f"{loader}.{key}" for loader in ("train_dataloader", "val_dataloader", "test_dataloader")
@@ -23,9 +23,10 @@ NO_WORKERS = [f"{loader}.{key}" for loader in ("train_dataloader", "val_dataload
 SEEDED = ["randomness.seed=0", "randomness.deterministic=True", *NO_WORKERS]
 # (config, options, first checkpoint, last checkpoint, what the resumed run logs, weights compared)
 RUNS = {
-    # epoch-based: two epochs of three iterations (12 images of 32x32), validation after each, EMA
+    # epoch-based: two epochs of three iterations (12 images of 32x32), validation after each (a
+    # better score saves the epoch's checkpoint again), EMA, drop path (the torch random stream)
     "classification": ("classification/quickstart/test_ppma_shapes.py",
-                       ["train_cfg.max_epochs=2", "train_dataloader.batch_size=4",
+                       ["train_cfg.max_epochs=2", "train_dataloader.batch_size=4", "model.drop_path_rate=0.2",
                         "default_hooks.checkpoint.max_keep_ckpts=3"],
                        "epoch_1.pth", "epoch_2.pth", "resumed epoch: 1", ("state_dict", "ema_state_dict")),
     # iteration-based: mmengine loads the 2 trained batches again (random flips) before iteration 3
@@ -77,6 +78,21 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, run):
         assert a[key].keys() == b[key].keys()
         for name in a[key]:
             assert torch.equal(a[key][name], b[key][name]), f"{key} {name}"
+
+
+def test_a_checkpoint_saved_during_validation_keeps_the_training_streams():
+    # mmengine saves the latest checkpoint again after validation when the best score improves
+    hook, saved, during_val = RandomStateHook(), {}, {}
+    torch.manual_seed(3)
+    hook.before_val(None)
+    expected = torch.rand(4)
+    torch.rand(7)  # validation draws (its loader's seed)
+    hook.before_save_checkpoint(None, during_val)
+    hook.after_val(None)
+    hook.before_save_checkpoint(None, saved)
+    for checkpoint in (during_val, saved):
+        set_random_state(checkpoint["random_state"])
+        assert torch.equal(torch.rand(4), expected)
 
 
 def test_a_kill_during_a_save_leaves_the_previous_file(tmp_path, monkeypatch):
