@@ -14,6 +14,8 @@ import torch
 pytest.importorskip("mmpretrain")
 from mmengine.fileio import get_file_backend  # noqa: E402
 from mmengine.fileio.backends import LocalBackend  # noqa: E402
+from mmengine.runner import find_latest_checkpoint  # noqa: E402
+from mmengine.runner.checkpoint import _load_checkpoint, save_checkpoint  # noqa: E402
 
 from ppma.mm.runtime import AtomicLocalBackend, RandomStateHook, set_random_state  # noqa: E402
 
@@ -95,12 +97,14 @@ def test_a_checkpoint_saved_during_validation_keeps_the_training_streams():
         assert torch.equal(torch.rand(4), expected)
 
 
-def test_a_kill_during_a_save_leaves_the_previous_file(tmp_path, monkeypatch):
-    backend = get_file_backend(str(tmp_path / "epoch_1.pth"))
-    assert isinstance(backend, AtomicLocalBackend)
+def test_a_kill_during_a_save_leaves_the_previous_checkpoint_to_resume_from(tmp_path, monkeypatch):
+    # mmengine writes <step>.pth, then last_checkpoint; it saves the latest one again (the same
+    # name) when validation improves the best score: a kill then must not truncate it
     path = tmp_path / "epoch_1.pth"
-    backend.put(b"complete checkpoint", path)
-    backend.put_text("epoch_1.pth", tmp_path / "last_checkpoint")
+    assert isinstance(get_file_backend(str(path)), AtomicLocalBackend)
+    weights = {"w": torch.arange(6.0)}
+    save_checkpoint({"state_dict": weights, "meta": {"epoch": 1}}, str(path))
+    get_file_backend(str(path)).put_text(str(path), tmp_path / "last_checkpoint")
 
     def killed(self, obj, filepath, *args):  # the process dies half-way through writing
         Path(filepath).write_bytes(obj[: len(obj) // 2] if isinstance(obj, bytes) else obj[:3].encode())
@@ -109,8 +113,11 @@ def test_a_kill_during_a_save_leaves_the_previous_file(tmp_path, monkeypatch):
     monkeypatch.setattr(LocalBackend, "put", killed)
     monkeypatch.setattr(LocalBackend, "put_text", killed)
     with pytest.raises(SystemExit):
-        backend.put(b"a newer, longer checkpoint", path)
+        save_checkpoint({"state_dict": weights, "meta": {"epoch": 1, "best": 0.5}}, str(path))
     with pytest.raises(SystemExit):
-        backend.put_text("epoch_2.pth", tmp_path / "last_checkpoint")
-    assert path.read_bytes() == b"complete checkpoint"
-    assert (tmp_path / "last_checkpoint").read_text() == "epoch_1.pth"
+        get_file_backend(str(path)).put_text(str(tmp_path / "epoch_2.pth"), tmp_path / "last_checkpoint")
+    monkeypatch.undo()
+    latest = find_latest_checkpoint(str(tmp_path))  # what --resume picks
+    assert latest == str(path)
+    resumed = _load_checkpoint(latest, map_location="cpu")
+    assert resumed["meta"] == {"epoch": 1} and torch.equal(resumed["state_dict"]["w"], weights["w"])
