@@ -2,8 +2,10 @@
 Triton kernel (``ppma.kernels.selective_scan``) and its FLOP formula.
 
 The op returns ``(y, last_state)``. Backends: ``'torch'`` runs the chunked PyTorch scan
-(:mod:`.chunked`; its gradient by ``torch.func.vjp``), ``'triton'`` the kernels: the forward
-keeps the state at every chunk start as its residual, so the backward does not scan again. The
+(:mod:`.chunked`; its gradient by ``torch.func.vjp``), ``'cpu'`` (``auto`` on CPU tensors) the
+time-major in-place scan of :mod:`.cpu` (same gradient as ``'torch'``), ``'triton'`` the kernels:
+the forward keeps the state at every chunk start as its residual, so the backward does not scan
+again. The
 sequential :mod:`.reference` is the oracle of the tests only: one Python step per time step is
 too slow to train with.
 """
@@ -14,6 +16,7 @@ import torch
 from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
 from ..registry import Impl, Kernel, register, select_backend
+from . import cpu
 from .chunked import selective_scan_chunked
 from .export import selective_scan_export
 from .reference import selective_scan_reference
@@ -72,7 +75,10 @@ OP = register(
     export=selective_scan_export,
     fake=_fake,
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+    kernels=[
+        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("cpu", cpu.unavailable, cpu.load),
+    ],
 )
 
 
@@ -141,7 +147,7 @@ def selective_scan(
     State and sums in fp32 whatever the input dtypes; ``y`` in ``out_dtype`` (default
     ``u.dtype``). Returns ``y``, or ``(y, last_state)`` with ``last_state`` ``(batch, dim, N)`` fp32
     when ``return_last_state``. Differentiable in every tensor. ``backend``: ``'torch'``,
-    ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto).
+    ``'cpu'``, ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto).
     """
     out_dtype = out_dtype or getattr(u, "dtype", None)
     _check_inputs(u, delta, A, B, C, D, z, delta_bias, out_dtype)

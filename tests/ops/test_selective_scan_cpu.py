@@ -1,0 +1,78 @@
+"""The selective scan's CPU kernel against the sequential reference: values, last states and
+gradients, odd lengths, batch 1, one chunk and several."""
+import pytest
+import torch
+
+from ppma.ops import select_backend, selective_scan
+from ppma.ops.selective_scan import cpu
+from ppma.ops.selective_scan.reference import random_inputs, selective_scan_reference
+
+# (batch, dim, N, L, G, optional inputs): VMamba v2 (four routes, N = 1), Vim (two directions,
+# N = 16, gate z), plain Mamba without options.
+CASES = {
+    "vmamba": (2, 12, 1, 37, 4, dict(D=True, delta_bias=True, delta_softplus=True)),
+    "vim": (1, 6, 16, 23, 2, dict(D=True, z=True, delta_bias=True, delta_softplus=True)),
+    "plain": (1, 5, 3, 7, 1, {}),
+    "one_step": (1, 4, 2, 1, 1, dict(D=True, z=True)),
+}
+
+
+def relative(got, want):
+    return ((got - want).abs().max() / want.abs().max().clamp(min=1e-12)).item()
+
+
+def test_auto_picks_cpu_on_cpu():
+    assert select_backend("selective_scan", "cpu", "auto") == "cpu"
+    assert "CPU" in cpu.unavailable(torch.device("meta"))
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 5], ids=lambda c: f"chunk={c}")
+@pytest.mark.parametrize("case", CASES)
+def test_values_and_last_state_match_the_reference(case, chunk):
+    batch, dim, n_state, length, groups, options = CASES[case]
+    torch.manual_seed(0)
+    inputs = random_inputs(batch, dim, n_state, length, groups, **options)
+    y, last = cpu.selective_scan_cpu(**inputs, delta_softplus=options.get("delta_softplus", False), chunk=chunk)
+    want_y, want_last = selective_scan_reference(**inputs, delta_softplus=options.get("delta_softplus", False))
+    assert y.shape == want_y.shape and y.is_contiguous() and last.shape == want_last.shape
+    assert relative(y, want_y) < 1e-5 and relative(last, want_last) < 1e-5
+
+
+def test_default_chunks_short_steps(monkeypatch):
+    """With few elements per step the default takes several chunks (the carry is used)."""
+    monkeypatch.setattr(cpu, "STEP_ELEMENTS", 64)
+    assert cpu.chunk_length(37, 8) == 5 and cpu.chunk_length(37, 64) == 37 and cpu.chunk_length(3, 1) == 1
+    torch.manual_seed(1)
+    inputs = random_inputs(1, 8, 1, 37, 2, D=True, delta_bias=True, delta_softplus=True, a_max=6.0)
+    y, last = cpu.selective_scan_cpu(**inputs, delta_softplus=True)
+    want_y, want_last = selective_scan_reference(**inputs, delta_softplus=True)
+    assert relative(y, want_y) < 1e-5 and relative(last, want_last) < 1e-5
+
+
+@pytest.mark.parametrize("case", ["vmamba", "vim"])
+def test_gradients_through_the_op_match_the_reference(case):
+    batch, dim, n_state, length, groups, options = CASES[case]
+    torch.manual_seed(2)
+    inputs = random_inputs(batch, dim, n_state, length, groups, **options)
+    softplus = options["delta_softplus"]
+    names = [k for k, v in inputs.items() if v is not None]
+    results = []
+    for run in ("cpu", "reference"):
+        leaves = {k: v.clone().requires_grad_() if v is not None else None for k, v in inputs.items()}
+        if run == "cpu":
+            y, last = selective_scan(**leaves, delta_softplus=softplus, return_last_state=True, backend="cpu")
+        else:
+            y, last = selective_scan_reference(**leaves, delta_softplus=softplus)
+        torch.manual_seed(3)
+        ((y * torch.randn_like(y)).sum() + (last * torch.randn_like(last)).sum()).backward()
+        results.append([y, last] + [leaves[k].grad for k in names])
+    for got, want in zip(*results):
+        assert relative(got, want) < 1e-5
+
+
+def test_bfloat16_inputs_give_out_dtype():
+    torch.manual_seed(4)
+    inputs = random_inputs(1, 8, 2, 9, 2, dtype=torch.bfloat16, D=True, delta_bias=True)
+    y, _ = cpu.selective_scan_cpu(**inputs, out_dtype=torch.float32)
+    want, _ = selective_scan_reference(**inputs, out_dtype=torch.float32)
+    assert y.dtype == torch.float32 and relative(y, want) < 1e-5
