@@ -76,3 +76,18 @@ def test_bfloat16_inputs_give_out_dtype():
     y, _ = cpu.selective_scan_cpu(**inputs, out_dtype=torch.float32)
     want, _ = selective_scan_reference(**inputs, out_dtype=torch.float32)
     assert y.dtype == torch.float32 and relative(y, want) < 1e-5
+
+
+def test_scratch_reused_across_modes_and_sizes():
+    """Scratch made under inference mode serves a later differentiable call, and a smaller call
+    after a larger one (stale data beyond its size) gives the reference's values."""
+    cpu.release_scratch()
+    torch.manual_seed(5)
+    large, small = (random_inputs(2, 8, 2, n, 2, D=True, delta_bias=True, delta_softplus=True) for n in (40, 13))
+    with torch.inference_mode():
+        selective_scan(**large, delta_softplus=True, backend="cpu")
+    leaves = {k: v.clone().requires_grad_() if v is not None else None for k, v in small.items()}
+    y = selective_scan(**leaves, delta_softplus=True, backend="cpu")
+    y.sum().backward()
+    want, _ = selective_scan_reference(**small, delta_softplus=True)
+    assert relative(y.detach(), want) < 1e-5 and leaves["u"].grad is not None
