@@ -8,7 +8,8 @@ of the state is ``k_i v'_j`` with ``v' = [v, 1]`` (the last column gives the den
 is accumulated over chunks of key features ``i`` (and of ``B * heads``): each chunk forms its
 ``c * (dv + 1)`` state channels, scans them and contracts them with ``q`` at once. Scans
 (``scan``): ``'blocked'``, the plain-PyTorch :mod:`.blocked_scan` (decay factors built once per
-row chunk); ``'triton'``, the Triton kernel of :func:`ppma.ops.polyline_scan`. At most
+row chunk); ``'triton'``, the ``'triton'`` kernel of ``polyline_scan``, taken from the registry
+(its forward once, then its backward, per chunk in the backward). At most
 :data:`CHUNK_ELEMENTS` state elements exist at a time; forward and backward keep nothing per
 chunk. The backward recomputes each
 chunk's scan and backpropagates through it (``dq_i = gnum' . y_i``, ``dk_i = dx_i . v'``,
@@ -18,9 +19,13 @@ sums are fp32 (fp64 for fp64 inputs) whatever the input dtype.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..polyline_attention.reference import _at_least_fp32
+from ..polyline_scan import op as _polyline_scan  # noqa: F401  (registers the op the triton path runs)
+from ..registry import Impl, get_op, implementation
 from .blocked_scan import FACTORS_PER_AXIS, path_scans, scan_factors
 
 # Most state elements one chunk forms (fp32: 16 MB); the scan's temporaries are a few times that.
@@ -56,23 +61,26 @@ def _kernel_args(x: torch.Tensor, factors: list[torch.Tensor]):
     return x.unsqueeze(1), decays[0], decays[1], "both", decays[2]
 
 
+@functools.cache
+def _scan_kernel() -> Impl:
+    """The ``'triton'`` :class:`~ppma.ops.registry.Impl` of ``polyline_scan``, from the registry."""
+    return implementation(get_op("polyline_scan"), "triton")
+
+
 def _paths(scan: str, x: torch.Tensor, factors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Tensors that sum to ``L2D x`` for ``x`` ``(rows, *grid, C)``."""
     if scan == "triton":
-        from ppma.kernels import polyline_scan as kernel
-
-        return [kernel.forward(*_kernel_args(x, factors)).squeeze(1)]
+        return [_scan_kernel().forward(*_kernel_args(x, factors))[0].squeeze(1)]
     return path_scans(x, [factors[i : i + FACTORS_PER_AXIS] for i in range(0, len(factors), FACTORS_PER_AXIS)])
 
 
 def _paths_vjp(scan: str, x: torch.Tensor, factors: list[torch.Tensor], grad: torch.Tensor):
     """``(paths, dx, dfactors)``: :func:`_paths` and its gradients for ``grad`` on their sum."""
     if scan == "triton":
-        from ppma.kernels import polyline_scan as kernel
-
-        args = _kernel_args(x, factors)
-        dx, *dfactors = kernel.backward(grad.unsqueeze(1), *args)
-        return [kernel.forward(*args).squeeze(1)], dx.squeeze(1), [d.squeeze(1) for d in dfactors]
+        impl, args = _scan_kernel(), _kernel_args(x, factors)
+        y, residuals = impl.forward(*args)
+        dx, *dfactors = impl.backward((grad.unsqueeze(1),), residuals, *args)
+        return [y.squeeze(1)], dx.squeeze(1), [d.squeeze(1) for d in dfactors]
     x = x.detach().requires_grad_()
     leaves = [f.detach().requires_grad_() for f in factors]
     with torch.enable_grad():
