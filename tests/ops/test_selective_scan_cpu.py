@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from ppma.ops import select_backend, selective_scan
+from ppma.ops._scratch import release_scratch
 from ppma.ops.selective_scan import cpu
 from ppma.ops.selective_scan.reference import random_inputs, selective_scan_reference
 
@@ -81,7 +82,7 @@ def test_bfloat16_inputs_give_out_dtype():
 def test_scratch_reused_across_modes_and_sizes():
     """Scratch made under inference mode serves a later differentiable call, and a smaller call
     after a larger one (stale data beyond its size) gives the reference's values."""
-    cpu.release_scratch()
+    release_scratch()
     torch.manual_seed(5)
     large, small = (random_inputs(2, 8, 2, n, 2, D=True, delta_bias=True, delta_softplus=True) for n in (40, 13))
     with torch.inference_mode():

@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from .._scratch import scratch
 from ..polyline_mask.reference import log_mask_1d
 from ..registry import Impl
 from .reference import polyline_attention_reference
@@ -172,19 +173,48 @@ def _axis_apply(q, k, y, log_decay, axis, form, block_elements):
     return out.reshape(shape).movedim(-2, axis)
 
 
+def _axis_weights(q, k, log_decay, axis, slot):
+    """The reference's official-form ``_axis_attention`` for fp32 ``q``, ``k``, with every
+    temporary in scratch ``slot`` (valid until its next use): ``softmax(QK^T + S + S^T)``, ``S``
+    the segment sums of :func:`~ppma.ops.polyline_mask.reference.log_mask_1d`; returns
+    ``(B, h, *other axes, n, n)``."""
+    qa, ka = q.movedim(axis, -2), k.movedim(axis, -2)
+    n = qa.shape[-2]
+    shape = (*qa.shape[:-1], n)
+    logits = torch.matmul(qa, ka.transpose(-1, -2), out=scratch(f"{slot}.logits", shape))
+    below = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    terms = torch.mul(log_decay.movedim(axis, -1).float()[..., :, None], below, out=scratch(f"{slot}.terms", shape))
+    segsum = torch.cumsum(terms, -2, out=scratch(f"{slot}.segsum", shape))
+    logits.add_(segsum).add_(segsum.transpose(-1, -2))
+    return torch.ops.aten._softmax.out(logits, -1, False, out=scratch(f"{slot}.weights", shape))
+
+
 def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS,
                          whole=CRISS_CROSS_WHOLE):
-    """Criss-cross polyline attention: the reference when its weights (all axes) are at most
-    ``whole`` elements, else (large grids) each axis' weights rebuilt per chunk of lines of at
-    most ``block_elements`` for each of their two uses (``O(block)`` memory)."""
+    """Criss-cross polyline attention: when its weights (all axes) are at most ``whole``
+    elements, the reference's whole-grid weights (official form in fp32: built in scratch
+    buffers, :func:`_axis_weights`; else the reference itself), else (large grids) each axis'
+    weights rebuilt per chunk of lines of at most ``block_elements`` for each of their two uses
+    (``O(block)`` memory)."""
     grid = q.shape[2:-1]
     weights = q.shape[0] * q.shape[1] * math.prod(grid) * sum(grid)
-    if weights <= whole:
-        return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, "criss_cross", form)
     w_axis = q.dim() - 2
     axes = [(log_beta, w_axis - 1), (log_alpha, w_axis)]
     if log_gamma is not None:
         axes.insert(0, (log_gamma, w_axis - 2))
+    if weights <= whole and form == "official" and q.dtype == k.dtype == v.dtype == torch.float32:
+        attns = [(_axis_weights(q, k, log_decay, axis, f"polyline_attention.axis{axis}"), axis)
+                 for log_decay, axis in axes]
+
+        def apply(order):
+            y = v
+            for attn, axis in order:
+                y = (attn @ y.movedim(axis, -2)).movedim(-2, axis)
+            return y
+
+        return 0.5 * apply(attns) + 0.5 * apply(attns[::-1])
+    if weights <= whole:
+        return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, "criss_cross", form)
 
     def run(order):
         y = v

@@ -16,19 +16,19 @@ one padded with steps of decay 1 and input 0):
 ``chunk_length`` picks ``T``: one chunk when a step already holds :data:`STEP_ELEMENTS`
 elements, else enough chunks to fill a step with that many. Every decay factor is ``exp`` of a
 sum of ``dt A <= 0``, as in :mod:`.chunked`. fp32 throughout; memory: the ``(L, batch, dim,
-N)`` states and decays, in per-thread scratch buffers kept between calls (:func:`scratch`). The backward is the ``torch`` backend's (``torch.func.vjp`` through
+N)`` states and decays, in per-thread scratch buffers kept between calls
+(:mod:`ppma.ops._scratch`). The backward is the ``torch`` backend's (``torch.func.vjp`` through
 :func:`~.chunked.selective_scan_chunked`): the in-place scan has no autograd formula.
 """
 from __future__ import annotations
 
 import functools
-import math
-import threading
 
 import torch
 import torch.nn.functional as F
 
 from .._custom_op import torch_backward
+from .._scratch import scratch
 from ..registry import Impl
 from .chunked import selective_scan_chunked
 from .reference import discretized_dt
@@ -38,7 +38,6 @@ from .reference import discretized_dt
 # at batch 8 (3072 per step: the extra cumsum / exp / add passes cost more than ~3000 steps of
 # ~3 us), and chunks of 56 to 1046 steps were within noise of one chunk at batch 1 (384 per step).
 STEP_ELEMENTS = 1 << 10
-_SCRATCH = threading.local()
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -51,31 +50,10 @@ def chunk_length(length: int, step_elements: int) -> int:
     return -(-length // n_chunks)
 
 
-def scratch(slot: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """An fp32 tensor of ``shape`` in this thread's reusable buffer ``slot``, grown when too small.
-
-    The scan's large temporaries live there between calls: a fresh allocation of tens of MB is
-    handed back to the system when freed, and touching it again costs a page fault per 4 kB,
-    which took 8x longer than the product written into it (24 vs 3 ms for 77 MB, 2 threads).
-    :func:`release_scratch` frees them.
-    """
-    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
-    numel = math.prod(shape)
-    if slot not in buffers or buffers[slot].numel() < numel:
-        with torch.inference_mode(False):  # a normal tensor: updated in place in and out of inference mode
-            buffers[slot] = torch.empty(numel)
-    return buffers[slot][:numel].view(shape)
-
-
-def release_scratch() -> None:
-    """Free this thread's scratch buffers (the next call allocates them again)."""
-    _SCRATCH.__dict__.pop("buffers", None)
-
-
 def _time_major(t: torch.Tensor, n_steps: int, slot: str) -> torch.Tensor:
     """``(batch, C, L)`` -> fp32 ``(n_steps, batch, C)`` contiguous in scratch ``slot``, zero after
     step ``L``: one pass (the transpose and the cast are the copy)."""
-    out = scratch(slot, (n_steps, t.shape[0], t.shape[1]))
+    out = scratch(f"selective_scan.{slot}", (n_steps, t.shape[0], t.shape[1]))
     out[: t.shape[2]].copy_(t.permute(2, 0, 1))
     out[t.shape[2]:].zero_()
     return out
@@ -103,10 +81,11 @@ def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     b_t, c_t = (_time_major(t.flatten(1, -2), n_chunks * chunk, name).view(*lead, n_state, 1)
                 for t, name in ((B, "B"), (C, "C")))
     x = _time_major(u, n_chunks * chunk, "x").view(*lead, 1, -1)
-    h = torch.mul(x.mul_(dt), b_t, out=scratch("h", states))  # the inputs, scanned in place into the states
+    # the inputs, scanned in place into the states
+    h = torch.mul(x.mul_(dt), b_t, out=scratch("selective_scan.h", states))
     a = A.float().view(groups, dim // groups, n_state).transpose(1, 2)
-    log_decay = torch.mul(dt, a, out=scratch("log_decay", states))
-    decay = torch.exp(log_decay, out=scratch("decay", states)) if n_chunks > 1 else log_decay.exp_()
+    log_decay = torch.mul(dt, a, out=scratch("selective_scan.log_decay", states))
+    decay = torch.exp(log_decay, out=scratch("selective_scan.decay", states)) if n_chunks > 1 else log_decay.exp_()
     for t in range(1, chunk):  # 1. scan inside every chunk
         h[:, t].addcmul_(decay[:, t], h[:, t - 1])
     if n_chunks > 1:
@@ -118,7 +97,7 @@ def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
 
     last = h.view(n_chunks * chunk, batch, groups, n_state, -1)[length - 1]
     last = last.transpose(-1, -2).reshape(batch, dim, n_state)  # a copy: h is scratch
-    y_t = scratch("y", (*lead, 1, dim // groups))
+    y_t = scratch("selective_scan.y", (*lead, 1, dim // groups))
     torch.matmul(c_t.transpose(-1, -2), h, out=y_t) if n_state > 1 else torch.mul(h, c_t, out=y_t)
     y_t = y_t.view(-1, batch, dim)[:length].permute(1, 2, 0)
     y = torch.empty(batch, dim, length, dtype=torch.float32)
