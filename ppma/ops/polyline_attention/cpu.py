@@ -10,8 +10,10 @@ softmaxes share one logits block) and is freed: memory ``O(N * block)``, never `
 
 The backward runs the blocks again (no residuals) with the softmax gradients written out, sums
 the mask gradients back onto the 1-D masks, and takes those to the decays through the 1-D masks'
-autograd (``O(N^1.5)``). The criss-cross kind stores ``O(N^1.5)`` weights: small grids run the
-reference; large ones rebuild each axis' 1-D weights per chunk of lines (``O(block)`` memory).
+autograd (``O(N^1.5)``). The criss-cross kind stores ``O(N^1.5)`` weights: small grids build the
+reference's whole-grid weights (official form in fp32: in scratch buffers, :mod:`ppma.ops._scratch`;
+else the reference runs); large ones rebuild each axis' 1-D weights per chunk of lines
+(``O(block)`` memory).
 Its gradient is autograd through the reference (``O(N^1.5)`` memory, as the torch backend).
 """
 from __future__ import annotations
