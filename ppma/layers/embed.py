@@ -136,10 +136,12 @@ def resample_pos_embed(
 
     The patch entries are resampled bicubically on the grid (timm's ``resample_abs_pos_embed``);
     the class token entry (``num_prefix_tokens`` 0 or 1) stays where it sits: first, or in the
-    middle (``old_h*old_w // 2`` -> ``h*w // 2``). Returned as is when the grids are equal.
+    middle (``old_h*old_w // 2`` -> ``h*w // 2``). Returned as is when the grids are equal, except
+    while exporting (the resize to the same grid is exact and keeps the exported grid dynamic).
     """
     grid, old_grid = tuple(grid), tuple(old_grid)
-    if grid == old_grid:
+    # under torch.export the grid is symbolic: comparing it would fix it to the example's (checked first)
+    if not torch.compiler.is_exporting() and grid == old_grid:
         return pos_embed
     if num_prefix_tokens and class_token_position == "middle":
         i = (pos_embed.shape[1] - 1) // 2

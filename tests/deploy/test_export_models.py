@@ -84,3 +84,20 @@ def test_clear_errors(tmp_path):
         export.example_input(model, batch_size=1)
     with pytest.raises(ValueError, match="opset 13 is too old"):
         export.save(None, None, "onnx", tmp_path / "m.onnx", 13)
+
+
+@pytest.mark.parametrize("position", ["first", "middle"])
+def test_position_embedding_exported_at_its_own_grid_stays_dynamic(position, tmp_path):
+    """Vim's stem exported at its position embedding's own grid (where eager skips the resize)
+    runs at other grids, its own included, with the same resize as eager."""
+    from ppma.layers.embed import PatchStem
+
+    torch.manual_seed(0)
+    stem = PatchStem(3, 8, patch_size=8, img_size=48, class_token_position=position).eval()
+    torch.nn.init.normal_(stem.pos_embed)
+    x = torch.randn(2, 3, 48, 48)
+    path = tmp_path / "stem.pt2"
+    export.save(export.export_program(stem, x), x, "pt2", path, export.DEFAULT_OPSET)
+    run = export.runner("pt2", path)
+    for shape in [(2, 3, 48, 48), (1, 3, 40, 56), (3, 3, 72, 48)]:
+        assert export.max_relative_error(stem, run, shape) < 1e-5, shape
