@@ -41,7 +41,8 @@ from .skeleton import HierarchicalBackbone, dense_defaults
 
 _logger = logging.getLogger(__name__)
 
-__all__ = ["Vim", "VimHierarchical", "checkpoint_filter_fn", "checkpoint_model_kwargs", "PRESETS"]
+__all__ = ["Vim", "VimHierarchical", "checkpoint_filter_fn", "checkpoint_model_kwargs", "hierarchical_checkpoint_filter_fn",
+           "hierarchical_checkpoint_model_kwargs", "PRESETS"]
 
 
 # FX (timm's feature extraction) keeps the mixers whole: their scan checks its inputs' shapes.
@@ -203,8 +204,8 @@ def _fit_positions(out: dict, model: Vim) -> None:
     out["stem.pos_embed"] = resample_pos_embed(pos, model.stem.pos_grid, (side, side), num_cls, "middle")
 
 
-def checkpoint_filter_fn(state_dict: dict, model: Vim | VimHierarchical) -> dict:
-    """Official (hustvl/Vim classification) or our layout -> ``model``'s state dict, strictly.
+def checkpoint_filter_fn(state_dict: dict, model: Vim) -> dict:
+    """Official (hustvl/Vim classification) or our layout -> the plain ``model``'s state dict, strictly.
 
     Renames the official keys (``patch_embed.proj`` -> ``stem.proj``, ``cls_token`` /
     ``pos_embed`` -> ``stem.*``, ``layers.i`` -> ``blocks.i`` with the mixer's own names,
@@ -223,21 +224,22 @@ def checkpoint_filter_fn(state_dict: dict, model: Vim | VimHierarchical) -> dict
         for pattern, repl in rules:
             new_key = re.sub(pattern, repl, new_key)
         out[new_key], source[new_key] = value, key
-    if isinstance(model, Vim):
-        _fit_positions(out, model)
-        own = model.state_dict()
-        if "norm.weight" not in own and out.pop("norm.weight", None) is not None:
-            _logger.info("the model's final norm was pruned (a features model): dropped the checkpoint's")
+    _fit_positions(out, model)
+    if "norm.weight" not in model.state_dict() and out.pop("norm.weight", None) is not None:
+        _logger.info("the model's final norm was pruned (a features model): dropped the checkpoint's")
     return finish_conversion(out, source, model)
 
 
-def checkpoint_model_kwargs(state_dict: dict) -> dict:
-    """``timm.create_model`` keywords under which a checkpoint (official or our layout) loads:
-    head or not and ``num_classes``; for plain models the class token and the adapter
-    (``pyramid``), for hierarchical ones the output norms."""
+def hierarchical_checkpoint_filter_fn(state_dict: dict, model: VimHierarchical) -> dict:
+    """Our layout -> ``model``'s state dict, strictly (no hierarchical Vim was released)."""
     state_dict = model_state_dict(state_dict)
-    if any(k.startswith("stages.") for k in state_dict):
-        return head_and_norm_kwargs(state_dict, r"out_norms\.(\d+)\.", ("head.",), "head.fc.weight")
+    return finish_conversion(dict(state_dict), {k: k for k in state_dict}, model)
+
+
+def checkpoint_model_kwargs(state_dict: dict) -> dict:
+    """``timm.create_model`` keywords under which a plain Vim checkpoint (official or our layout)
+    loads: head or not and ``num_classes``, the class token and the adapter (``pyramid``)."""
+    state_dict = model_state_dict(state_dict)
     official = _is_official(state_dict)
     classifier = "head.weight" if official else "head.fc.weight"
     kwargs = head_and_norm_kwargs(state_dict, NO_OUTPUT_NORMS, ("head.",), classifier)
@@ -246,6 +248,12 @@ def checkpoint_model_kwargs(state_dict: dict) -> dict:
     if any(k.startswith("pyramid.") for k in state_dict):
         kwargs["pyramid"] = True
     return kwargs
+
+
+def hierarchical_checkpoint_model_kwargs(state_dict: dict) -> dict:
+    """``timm.create_model`` keywords under which a hierarchical Vim checkpoint loads: head or
+    not, ``num_classes`` and the output norms."""
+    return head_and_norm_kwargs(model_state_dict(state_dict), r"out_norms\.(\d+)\.", ("head.",), "head.fc.weight")
 
 
 # --- presets --------------------------------------------------------------------------------
@@ -275,7 +283,7 @@ def _create_vim(variant: str, pretrained: bool = False, **kwargs) -> Vim:
 
 def _create_vim_hierarchical(variant: str, pretrained: bool = False, **kwargs) -> VimHierarchical:
     kwargs = dense_defaults({**HIERARCHICAL_PRESETS[variant], **kwargs})
-    return build_preset(VimHierarchical, variant, pretrained, checkpoint_filter_fn, **kwargs)
+    return build_preset(VimHierarchical, variant, pretrained, hierarchical_checkpoint_filter_fn, **kwargs)
 
 
 _cfg = partial(imagenet_cfg, first_conv="stem.proj", paper_ids="arXiv:2401.09417", license="apache-2.0", pool_size=None)
@@ -355,6 +363,6 @@ register_family(Family(
 ))
 register_family(Family(
     name="vim_hier", model_class=VimHierarchical, presets=tuple(HIERARCHICAL_PRESETS),
-    checkpoint_filter_fn=checkpoint_filter_fn, checkpoint_model_kwargs=checkpoint_model_kwargs,
-    test_preset="test_vim_hier",
+    checkpoint_filter_fn=hierarchical_checkpoint_filter_fn,
+    checkpoint_model_kwargs=hierarchical_checkpoint_model_kwargs, test_preset="test_vim_hier",
 ))

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 import ppma.models.ppma
 from ppma.models.checkpoint import model_state_dict, read_checkpoint
-from ppma.models.family import checkpoint_filter_of, checkpoint_model_kwargs_of, family_module, package_models
+from ppma.models.family import family_of, package_models
 
 WEIGHTS = {"stem.conv1.weight": torch.randn(2, 3), "head.fc.bias": torch.randn(4)}
 
@@ -67,17 +67,18 @@ def test_read_checkpoint_refuses_other_objects_and_reads_safetensors(tmp_path):
 
 
 def test_family_is_found_by_the_model_name():
-    assert family_module("ppma_small") is family_module("test_ppma") is ppma.models.ppma
-    assert checkpoint_filter_of("ppma_linear_tiny") is ppma.models.ppma.checkpoint_filter_fn
-    assert checkpoint_model_kwargs_of("ppma_tiny_3d") is ppma.models.ppma.checkpoint_model_kwargs
+    assert family_of("ppma_small") is family_of("test_ppma")
+    assert family_of("ppma_small").model_class is ppma.models.ppma.PPMA
+    assert family_of("ppma_linear_tiny").checkpoint_filter_fn is ppma.models.ppma.checkpoint_filter_fn
+    assert family_of("ppma_tiny_3d").checkpoint_model_kwargs is ppma.models.ppma.checkpoint_model_kwargs
     assert {"ppma_tiny", "test_ppma"} <= set(package_models()) and "resnet18" not in package_models()
 
 
 def test_family_lookup_errors_name_the_problem():
     with pytest.raises(ValueError, match="unknown model 'ppma_huge'; the models of this package: .*ppma_tiny"):
-        family_module("ppma_huge")
+        family_of("ppma_huge")
     with pytest.raises(ValueError, match="'resnet18' is a timm model of timm.models.resnet, not a model of this package"):
-        checkpoint_filter_of("resnet18")
+        family_of("resnet18")
 
 
 def test_model_state_dict_takes_ema_weights_unless_told_not_to():

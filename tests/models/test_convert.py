@@ -7,10 +7,10 @@ import pytest
 import timm
 import torch
 
-from ppma.models.family import checkpoint_filter_of, checkpoint_model_kwargs_of, create_from_checkpoint
+from ppma.models.family import create_from_checkpoint, family_of
 
-checkpoint_filter_fn = checkpoint_filter_of("ppma_tiny")
-checkpoint_model_kwargs = checkpoint_model_kwargs_of("ppma_tiny")
+checkpoint_filter_fn = family_of("ppma_tiny").checkpoint_filter_fn
+checkpoint_model_kwargs = family_of("ppma_tiny").checkpoint_model_kwargs
 
 # A micro PPMA in the official configuration language.
 def micro(official_layout, **kw):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import ppma  # noqa: F401  (registers the presets)
 from ppma.layers.embed import resample_pos_embed
 from ppma.layers.vim import BiMamba
-from ppma.models.family import checkpoint_filter_of, create_from_checkpoint
+from ppma.models.family import create_from_checkpoint, family_of
 from ppma.models.vim import Vim, checkpoint_filter_fn, checkpoint_model_kwargs
 from ppma.ops.selective_scan.reference import selective_scan_reference
 
@@ -150,7 +150,7 @@ def test_position_embedding_resampling_keeps_the_class_entry():
 def test_official_layout_converts_and_loads_strictly():
     official = official_state_dict(**MICRO)
     assert checkpoint_model_kwargs({"model": official}) == {"num_classes": 7}
-    assert checkpoint_filter_of("test_vim") is checkpoint_filter_fn
+    assert family_of("test_vim").checkpoint_filter_fn is checkpoint_filter_fn
     model = create_from_checkpoint("test_vim", {"model": official, "epoch": 3}, **{k: v for k, v in MICRO.items()
                                                                                    if k != "num_classes"})
     sd = model.state_dict()
@@ -206,23 +206,19 @@ def test_mismatched_keys_raise_naming_them(edit, message):
         checkpoint_filter_fn(official, timm.create_model("test_vim", **MICRO))
 
 
-@pytest.mark.parametrize("name,kwargs,shape", [
-    ("test_vim", {}, (1, 3, 50, 70)),
-    ("test_vim", dict(patch_size=16, patch_stride=8), (2, 3, 41, 63)),  # a stride-8 model: grid 4x6
-    ("test_vim_hier", {}, (1, 3, 33, 47)),
-])
-def test_features_only_at_odd_sizes(name, kwargs, shape):
-    model = timm.create_model(name, features_only=True, **kwargs).eval()
+@pytest.mark.parametrize("kwargs,shape", [
+    ({}, (1, 3, 50, 70)),
+    (dict(patch_size=16, patch_stride=8), (2, 3, 41, 63)),  # a stride-8 model: grid 4x6
+])  # test_vim_hier's sizes: test_family.py
+def test_features_only_at_odd_sizes(kwargs, shape):
+    model = timm.create_model("test_vim", features_only=True, **kwargs).eval()
     assert model.feature_info.reduction() == [4, 8, 16, 32]
     with torch.no_grad():
         feats = model(torch.randn(shape))
-    if name == "test_vim_hier":
-        expected = [(math.ceil(shape[2] / s), math.ceil(shape[3] / s)) for s in (4, 8, 16, 32)]
-    else:
-        stride = kwargs.get("patch_stride", 8)
-        h, w = ((n - kwargs.get("patch_size", 8)) // stride + 1 for n in shape[2:])
-        expected = [(h * stride // s, w * stride // s) if s <= stride else (h // (s // stride), w // (s // stride))
-                    for s in (4, 8, 16, 32)]
+    stride = kwargs.get("patch_stride", 8)
+    h, w = ((n - kwargs.get("patch_size", 8)) // stride + 1 for n in shape[2:])
+    expected = [(h * stride // s, w * stride // s) if s <= stride else (h // (s // stride), w // (s // stride))
+                for s in (4, 8, 16, 32)]
     assert [tuple(f.shape[-2:]) for f in feats] == expected
     assert all(f.shape[:2] == (shape[0], c) for f, c in zip(feats, model.feature_info.channels()))
 
@@ -247,12 +243,6 @@ def test_autocast_over_24_blocks_has_no_nan(dtype):
     assert rel < 0.05, seed_msg(f"{dtype} relative error {rel:.3g}")
 
 
-def test_test_presets_forward_backward():
-    for name in ("test_vim", "test_vim_hier"):
-        model = timm.create_model(name, drop_path_rate=0.1)
-        model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
-        missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
-        assert not missing, seed_msg(f"{name}: no finite gradient for {missing}")
 
 
 def test_no_weight_decay_names_the_released_set():
