@@ -69,10 +69,11 @@ class DecayGenerator(nn.Module):
         t = _at_least_fp32(self.proj(x.unflatten(-1, (self.num_heads, -1))))  # (B, *grid, heads, n)
         dt_bias, A_log = self.dt_bias.to(t.dtype), self.A_log.to(t.dtype)
         log_decay = -F.softplus(t + dt_bias[:, None]) * A_log.exp()[:, None]
-        log_decay = log_decay.movedim(-2, 1)  # (B, heads, *grid, n)
-        if self.shared:
-            return (log_decay[..., 0],) * self.num_axes
-        return tuple(log_decay.unbind(-1))
+        # each axis (B, *grid, heads) -> (B, heads, *grid); unbound first, so that the gradients
+        # stack back into log_decay's own layout (a compiled backward graph failed on a view of
+        # softplus_backward's output when they came permuted)
+        axes = tuple(a.movedim(-1, 1) for a in log_decay.unbind(-1))
+        return axes[:1] * self.num_axes if self.shared else axes
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, grid={self.grid!r}, shared={self.shared}"

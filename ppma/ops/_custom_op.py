@@ -96,7 +96,13 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, impl_of):
 
     def backward(grads, residuals, *args):
         *op_args, backend = args
-        return impl_of(backend).backward(grads, residuals, *op_args)
+        impl = impl_of(backend)
+        result = impl.backward(grads, residuals, *op_args)
+        if impl.backward_fake is None:
+            return result
+        # laid out as the fake says: compiled backward graphs view the gradients with its strides
+        expected = impl.backward_fake(grads, residuals, *op_args)
+        return [_laid_out_like(g, e, f"ppma::{name}_backward ({backend})") for g, e in zip(result, expected)]
 
     def backward_fake(grads, residuals, *args):
         *op_args, backend = args
