@@ -37,9 +37,9 @@ def build_model(name: str, checkpoint: str | None = None, features: bool = False
     """The preset ``name`` of this package in eval mode, with ``checkpoint``'s weights (strict)."""
     import timm
 
-    from ppma.models.family import create_from_checkpoint, family_module
+    from ppma.models.family import create_from_checkpoint, family_of
 
-    family_module(name)  # ValueError naming our models when ``name`` is not one
+    family_of(name)  # ValueError naming our models when ``name`` is not one
     kwargs = dict(features_only=True) if features else {}
     if checkpoint is None:
         return timm.create_model(name, **kwargs).eval()

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 import ppma  # noqa: F401  (registers the presets)
 from ppma.models.checkpoint import check_pretrained, model_state_dict, read_checkpoint
-from ppma.models.family import create_from_checkpoint, family_module
+from ppma.models.family import create_from_checkpoint, family_of
 
 
 def parse_args(argv=None):
@@ -79,7 +79,7 @@ def load_weights(path: str, use_ema: bool = True) -> dict:
 
 
 def build_model(args) -> torch.nn.Module:
-    family_module(args.model)  # ValueError listing the presets for another name
+    family_of(args.model)  # ValueError listing the presets for another name
     if args.pretrained:
         check_pretrained(args.model)  # a named error for a preset without a usable download
         return timm.create_model(args.model, pretrained=True)

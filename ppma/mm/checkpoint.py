@@ -8,7 +8,7 @@ A backbone checkpoint may be
   checkpoint written by training (``{'state_dict': {'backbone.model.*': ...}}``).
 
 :func:`ppma.models.model_state_dict` extracts the backbone's tensors; the family's
-``checkpoint_filter_fn`` (found by the model name, :func:`ppma.models.family.checkpoint_filter_of`)
+``checkpoint_filter_fn`` (its record found by the model name, :func:`ppma.models.family.family_of`)
 then converts them to the model's layout and checks them strictly (see
 :class:`ppma.mm.PyramidBackbone`).
 """

@@ -24,7 +24,7 @@ from mmpretrain.models import TimmClassifier
 from mmpretrain.registry import HOOKS, MODELS
 
 from ppma.models.checkpoint import load_strict, model_state_dict
-from ppma.models.family import checkpoint_filter_of, family_module
+from ppma.models.family import family_of
 
 from .backbone import _check_init_cfg
 from .checkpoint import read_checkpoint
@@ -54,7 +54,7 @@ class PresetClassifier(TimmClassifier):
     def __init__(self, model_name: str, init_cfg: dict | None = None, **kwargs):
         # kwargs: TimmClassifier's loss, train_cfg (augments: Mixup/CutMix), with_cp,
         # data_preprocessor; the rest goes to timm.create_model
-        family_module(model_name)  # ValueError for a name that is not a preset of this package
+        family_of(model_name)  # ValueError for a name that is not a preset of this package
         _check_init_cfg(init_cfg)
         try:
             super().__init__(model_name, pretrained=False, init_cfg=init_cfg, **kwargs)
@@ -80,7 +80,8 @@ class PresetClassifier(TimmClassifier):
 
     def load_checkpoint(self, path: str) -> None:
         """Load an official or converted checkpoint of this preset into the timm model, strictly."""
-        state = load_strict(self.model, model_state_dict(read_checkpoint(path)), checkpoint_filter_of(self.model_name),
+        convert = family_of(self.model_name).checkpoint_filter_fn
+        state = load_strict(self.model, model_state_dict(read_checkpoint(path)), convert,
                             source=f"checkpoint {path}", model_name=self.model_name, head_may_differ=True)
         resized = [k for k in state.kept if k.startswith("head.fc.")]
         print_log(f"{self.model_name}: loaded {path}"

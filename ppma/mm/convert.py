@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ppma.models.checkpoint import model_state_dict
-from ppma.models.family import checkpoint_filter_of
+from ppma.models.family import family_of
 
 BACKBONE = "backbone."
 OURS = "backbone.model."  # the adapter keeps the timm model's keys under backbone.model
@@ -50,7 +50,7 @@ def convert_dense_state_dict(checkpoint: dict, model: nn.Module) -> dict[str, to
 def _convert_backbone(state: dict, backbone: nn.Module, model_name: str) -> dict[str, torch.Tensor]:
     """The ``backbone.*`` tensors renamed by the family's filter; every model key must come from them."""
     try:
-        converted = checkpoint_filter_of(model_name)(model_state_dict({"state_dict": state}), backbone)
+        converted = family_of(model_name).checkpoint_filter_fn(model_state_dict({"state_dict": state}), backbone)
     except ValueError as err:
         raise ValueError(f"the backbone does not fit {model_name!r}: {err}") from err
     # a dense-prediction checkpoint has the output norms that a classification one may lack

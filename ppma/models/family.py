@@ -82,18 +82,10 @@ def family_of(model_name: str) -> Family:
 
 
 def family_module(model_name: str) -> ModuleType:
-    """The module that declares the family of ``model_name`` (``ValueError`` as :func:`family_of`)."""
+    """The module that declares the family of ``model_name`` (``ValueError`` as :func:`family_of`).
+
+    Deprecated: read :func:`family_of`'s record; kept while ``tools/convert_checkpoint.py`` calls it."""
     return sys.modules[family_of(model_name).model_class.__module__]
-
-
-def checkpoint_filter_of(model_name: str) -> Callable[[dict, nn.Module], dict]:
-    """The family's ``checkpoint_filter_fn(state_dict, model) -> state_dict``."""
-    return family_of(model_name).checkpoint_filter_fn
-
-
-def checkpoint_model_kwargs_of(model_name: str) -> Callable[[dict], dict]:
-    """The family's ``checkpoint_model_kwargs(state_dict) -> dict`` (keywords for ``timm.create_model``)."""
-    return family_of(model_name).checkpoint_model_kwargs
 
 
 def create_from_checkpoint(model_name: str, state_dict: dict, **kwargs) -> nn.Module:

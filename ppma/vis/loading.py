@@ -20,7 +20,7 @@ from PIL import Image, UnidentifiedImageError
 from safetensors import SafetensorError
 
 from ppma.models.checkpoint import model_state_dict, read_checkpoint
-from ppma.models.family import create_from_checkpoint, family_module
+from ppma.models.family import create_from_checkpoint, family_of
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def load_model(name: str, checkpoint: str | Path | None = None) -> tuple[torch.n
     a detection/segmentation backbone without the classification head, with its output norms.
     Loading is strict. Raises ``FileNotFoundError``, or ``ValueError`` naming the keys that do not fit.
     """
-    family_module(name)  # ValueError for an unknown model, naming the models of this package
+    family_of(name)  # ValueError for an unknown model, naming the models of this package
     if checkpoint is None:
         return timm.create_model(name).eval(), False
     path = Path(checkpoint)

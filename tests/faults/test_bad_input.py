@@ -5,7 +5,7 @@ import torch
 
 import ppma  # noqa: F401  (registers the presets)
 from ppma.models.checkpoint import check_pretrained, load_strict, model_state_dict, read_checkpoint
-from ppma.models.family import checkpoint_filter_of
+from ppma.models.family import family_of
 
 FAMILIES = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
 #: another variant of each family: other widths
@@ -89,10 +89,10 @@ def test_another_variants_checkpoint_names_keys_and_shapes(family):
     name, model = family
     other = timm.create_model(name, **OTHER_VARIANT[name])
     with pytest.raises(ValueError, match=rf"checkpoint other\.pth does not fit '{name}': .*size mismatch for stem\."):
-        load_strict(model, other.state_dict(), checkpoint_filter_of(name), source="checkpoint other.pth",
+        load_strict(model, other.state_dict(), family_of(name).checkpoint_filter_fn, source="checkpoint other.pth",
                     model_name=name)
     with pytest.raises(ValueError, match=r"shapes differ: .*size mismatch for stem\."):
-        checkpoint_filter_of(name)(other.state_dict(), model)
+        family_of(name).checkpoint_filter_fn(other.state_dict(), model)
 
 
 def test_load_strict_reports_what_it_did(family):
@@ -100,8 +100,8 @@ def test_load_strict_reports_what_it_did(family):
     source = timm.create_model(name)
     state = {**source.state_dict(), "extra.not_used": torch.ones(1)}
     with pytest.raises(ValueError, match=r"keys without a counterpart in the model: \['extra\.not_used'\]"):
-        load_strict(model, state, checkpoint_filter_of(name), model_name=name)
-    report = load_strict(model, source.state_dict(), checkpoint_filter_of(name), model_name=name)
+        load_strict(model, state, family_of(name).checkpoint_filter_fn, model_name=name)
+    report = load_strict(model, source.state_dict(), family_of(name).checkpoint_filter_fn, model_name=name)
     assert sorted(report.loaded) == sorted(model.state_dict()) and not report.kept
     for k, v in model.state_dict().items():
         assert torch.equal(v, source.state_dict()[k]), k

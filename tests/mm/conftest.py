@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from official_ppma import official_layout  # noqa: F401  (the fixture; setup.cfg puts tests/ on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "mm_configs"
