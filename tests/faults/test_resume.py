@@ -54,6 +54,7 @@ def finish(process: subprocess.Popen) -> str:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", RUNS)
 def test_resume_after_sigkill_is_bitwise_equal(tmp_path, run):
     made = subprocess.run([sys.executable, str(ROOT / "tools" / "make_shapes_dataset.py"), "data/shapes",

@@ -80,6 +80,7 @@ def trained(mm, cls_root):
     return work, out
 
 
+@pytest.mark.slow
 def test_quick_start_trains_and_evaluates(trained):
     work, out = trained
     assert "Epoch(train) [1][3/3]" in out and "loss:" in out
@@ -91,6 +92,7 @@ def test_quick_start_trains_and_evaluates(trained):
     assert checkpoint["optimizer"]["state"], "no optimizer step was taken"
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_in_validate_timm_and_backbone(mm, cls_root, trained):
     work, out = trained
     checkpoint = work / "epoch_1.pth"
@@ -121,6 +123,7 @@ def test_fine_tuning_from_an_official_checkpoint(official_layout, tmp_path):
     official = official_layout.state_dict(**official_layout.CFG)  # 7 classes, PPMA's own names
     torch.save({"model": official}, tmp_path / "official.pth")
     init_cfg = dict(type="Pretrained", checkpoint=str(tmp_path / "official.pth"))
+    init_default_scope("mmpretrain")  # not the scope another test left behind
     same = MODELS.build(dict(type="PresetClassifier", model_name="ppma_tiny", init_cfg=init_cfg, **official_layout.OURS))
     same.init_weights()
     assert torch.equal(same.model.stem.conv1.weight, official["patch_embed.proj.0.weight"])
@@ -133,6 +136,7 @@ def test_fine_tuning_from_an_official_checkpoint(official_layout, tmp_path):
     assert torch.equal(other.model.head.fc1.weight, official["proj.weight"])
 
 
+@pytest.mark.slow
 def test_distributed_gloo_run(mm, cls_root):
     work = cls_root / "work_dist"
     cmd = ["bash", mm.tools / "dist_train.sh", QUICK, "2", "--work-dir", work,
