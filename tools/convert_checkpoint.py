@@ -28,7 +28,7 @@ import sys
 import torch
 
 from ppma.models.checkpoint import model_state_dict, read_checkpoint
-from ppma.models.family import create_from_checkpoint, family_module
+from ppma.models.family import create_from_checkpoint, family_of
 
 
 def load_source(path: str, trust: bool) -> dict:
@@ -68,13 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="official .pth file")
     parser.add_argument("output", help="output file: .safetensors (a model), .pth (with --config)")
-    parser.add_argument("--model", default="ppma_tiny", help="preset the weights belong to (default: ppma_tiny)")
-    parser.add_argument("--config", help="mm config: convert a whole detector/segmentor checkpoint for it")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--model", help="preset the weights belong to (any preset of this package)")
+    target.add_argument("--config", help="mm config: convert a whole detector/segmentor checkpoint for it")
     parser.add_argument("--trust-checkpoint", action="store_true", help="allow full unpickling (weights_only=False)")
     args = parser.parse_args(argv)
     if not args.config:
         try:
-            family_module(args.model)
+            family_of(args.model)
         except ValueError as e:
             parser.error(f"--model: {e}")
     else:

@@ -7,9 +7,7 @@ adapters, the generic model tests) find the record by a preset's name with :func
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Callable
 
 import timm
@@ -79,13 +77,6 @@ def family_of(model_name: str) -> Family:
         raise ValueError(f"unknown model {model_name!r}; the models of this package: {ours}")
     raise ValueError(f"{model_name!r} is a timm model of {model_entrypoint(model_name).__module__}, not a model "
                      f"of this package: {ours}")
-
-
-def family_module(model_name: str) -> ModuleType:
-    """The module that declares the family of ``model_name`` (``ValueError`` as :func:`family_of`).
-
-    Deprecated: read :func:`family_of`'s record; kept while ``tools/convert_checkpoint.py`` calls it."""
-    return sys.modules[family_of(model_name).model_class.__module__]
 
 
 def create_from_checkpoint(model_name: str, state_dict: dict, **kwargs) -> nn.Module:

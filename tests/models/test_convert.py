@@ -149,9 +149,12 @@ def test_convert_tool_writes_loadable_safetensors(tmp_path, capsys, official_lay
     torch.save({"model": official}, src)
     assert tool.main([str(src), str(dst), "--model", "ppma_tiny"]) == 1
     assert "stages.3.blocks.1.mlp.fc1.weight" in capsys.readouterr().err
-    for model, message in (("resnet18", "not a model of this package"), ("ppma_nope", "unknown model 'ppma_nope'")):
+    for args, message in ((["--model", "resnet18"], "not a model of this package"),
+                          (["--model", "ppma_nope"], "unknown model 'ppma_nope'"),
+                          ([], "one of the arguments --model --config is required"),
+                          (["--model", "ppma_tiny", "--config", "x.py"], "not allowed with argument")):
         with pytest.raises(SystemExit):
-            tool.main([str(src), str(dst), "--model", model])
+            tool.main([str(src), str(dst), *args])
         assert message in capsys.readouterr().err
 
 
