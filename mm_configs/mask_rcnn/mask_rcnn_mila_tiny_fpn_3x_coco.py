@@ -3,7 +3,7 @@
 # mlla_t_mrcnn_3x.py): those of 1x (AdamW lr 1e-4, weight decay 0.05, no decay on *norm*,
 # multi-scale + crop training) with 36 epochs (lr x0.1 after 27 and 33) and drop path 0.3.
 _base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance_ms.py',
+    '../_base_/models/mask_rcnn_fpn.py', '../_base_/datasets/coco_instance_ms.py',
     '../_base_/schedules/mask_rcnn_3x.py', '../_base_/det_runtime.py'
 ]
 model = dict(

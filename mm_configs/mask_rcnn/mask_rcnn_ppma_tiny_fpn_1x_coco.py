@@ -1,6 +1,6 @@
 # Mask R-CNN 1x on COCO with PPMA-T; 8 GPUs x 2 images.
 _base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance.py',
+    '../_base_/models/mask_rcnn_fpn.py', '../_base_/datasets/coco_instance.py',
     '../_base_/schedules/mask_rcnn_1x.py', '../_base_/det_runtime.py'
 ]
 model = dict(

@@ -1,6 +1,6 @@
 # Mask R-CNN 3x on COCO with PPMA-T; 8 GPUs x 2 images.
 _base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance_ms.py',
+    '../_base_/models/mask_rcnn_fpn.py', '../_base_/datasets/coco_instance_ms.py',
     '../_base_/schedules/mask_rcnn_3x.py', '../_base_/det_runtime.py'
 ]
 model = dict(

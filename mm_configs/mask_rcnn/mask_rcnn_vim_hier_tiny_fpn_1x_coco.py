@@ -5,7 +5,7 @@
 # weight decay 0.05, no decay on *norm* parameters nor on the model's no_weight_decay() (A_log,
 # D), drop path 0.1, 12 epochs), so that the families compare under one recipe.
 _base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance.py',
+    '../_base_/models/mask_rcnn_fpn.py', '../_base_/datasets/coco_instance.py',
     '../_base_/schedules/mask_rcnn_1x.py', '../_base_/det_runtime.py'
 ]
 model = dict(

@@ -1,28 +1,12 @@
 # Mask R-CNN 1x on COCO with VMamba-B [s2l15], preset vmamba_base_s2l15; 8 GPUs x 2 images.
-# Settings of the release (github.com/MzeroMiko/VMamba, detection/configs/vssm1/
-# mask_rcnn_vssm_fpn_coco_base.py, on mmdet's Swin-T Mask R-CNN 1x config): AdamW lr 1e-4,
-# weight decay 0.05, no decay on *norm* parameters, drop path 0.6, 12 epochs (lr x0.1 after
-# 8 and 11, linear warm-up 1000 iterations),
-# single-scale training (1333x800).
-# Not as released: no weight decay on SS2D's A_logs, Ds, dt_projs_bias (the model's
-# no_weight_decay(); the release's mmengine constructor decays them).
-# The released detection backbone has a LayerNorm on each output (outnorm{i}); features_only
-# VMamba models have them too (out_norms.{i}, initialised fresh from a classification checkpoint).
-_base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance.py',
-    '../_base_/schedules/mask_rcnn_1x.py', '../_base_/det_runtime.py'
-]
+# The release's settings (github.com/MzeroMiko/VMamba, detection/configs/vssm1/
+# mask_rcnn_vssm_fpn_coco_base.py): VMamba-T's 1x recipe with drop path 0.6.
+_base_ = './mask_rcnn_vmamba_tiny_fpn_1x_coco.py'
 model = dict(
     backbone=dict(
-        type='PyramidBackbone',
         model_name='vmamba_base_s2l15',
         drop_path_rate=0.6,
         # Official ImageNet-1k checkpoint VMamba-B [s2l15], downloaded first from
         # https://github.com/MzeroMiko/VMamba/releases/download/%23v2cls/vssm_base_0229_ckpt_epoch_237.pth
-        # (override the path with --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-        init_cfg=dict(type='Pretrained', checkpoint='data/pretrained/vssm_base_0229_ckpt_epoch_237.pth')),
+        init_cfg=dict(checkpoint='data/pretrained/vssm_base_0229_ckpt_epoch_237.pth')),
     neck=dict(in_channels=[128, 256, 512, 1024]))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
-    dict(type='MultiStepLR', begin=0, end=12, by_epoch=True, milestones=[8, 11], gamma=0.1)
-]

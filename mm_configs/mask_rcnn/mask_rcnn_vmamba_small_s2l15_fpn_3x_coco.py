@@ -1,28 +1,12 @@
 # Mask R-CNN 3x on COCO with VMamba-S [s2l15], preset vmamba_small_s2l15; 8 GPUs x 2 images.
-# Settings of the release (github.com/MzeroMiko/VMamba, detection/configs/vssm1/
-# mask_rcnn_vssm_fpn_coco_small_ms_3x.py, on mmdet's Swin-T Mask R-CNN 1x config): AdamW lr 1e-4,
-# weight decay 0.05, no decay on *norm* parameters, drop path 0.3, 36 epochs (lr x0.1 after
-# 27 and 33, linear warm-up 1000 iterations),
-# the multi-scale + crop training pipeline (datasets/coco_instance_ms.py).
-# Not as released: no weight decay on SS2D's A_logs, Ds, dt_projs_bias (the model's
-# no_weight_decay(); the release's mmengine constructor decays them).
-# The released detection backbone has a LayerNorm on each output (outnorm{i}); features_only
-# VMamba models have them too (out_norms.{i}, initialised fresh from a classification checkpoint).
-_base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance_ms.py',
-    '../_base_/schedules/mask_rcnn_3x.py', '../_base_/det_runtime.py'
-]
+# The release's settings (github.com/MzeroMiko/VMamba, detection/configs/vssm1/
+# mask_rcnn_vssm_fpn_coco_small_ms_3x.py): VMamba-T's 3x recipe with drop path 0.3.
+_base_ = './mask_rcnn_vmamba_tiny_fpn_3x_coco.py'
 model = dict(
     backbone=dict(
-        type='PyramidBackbone',
         model_name='vmamba_small_s2l15',
         drop_path_rate=0.3,
         # Official ImageNet-1k checkpoint VMamba-S [s2l15], downloaded first from
         # https://github.com/MzeroMiko/VMamba/releases/download/%23v2cls/vssm_small_0229_ckpt_epoch_222.pth
-        # (override the path with --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-        init_cfg=dict(type='Pretrained', checkpoint='data/pretrained/vssm_small_0229_ckpt_epoch_222.pth')),
+        init_cfg=dict(checkpoint='data/pretrained/vssm_small_0229_ckpt_epoch_222.pth')),
     neck=dict(in_channels=[96, 192, 384, 768]))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
-    dict(type='MultiStepLR', begin=0, end=36, by_epoch=True, milestones=[27, 33], gamma=0.1)
-]

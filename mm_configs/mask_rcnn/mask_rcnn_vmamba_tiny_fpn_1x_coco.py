@@ -9,7 +9,7 @@
 # The released detection backbone has a LayerNorm on each output (outnorm{i}); features_only
 # VMamba models have them too (out_norms.{i}, initialised fresh from a classification checkpoint).
 _base_ = [
-    '../_base_/models/mask_rcnn_ppma_fpn.py', '../_base_/datasets/coco_instance.py',
+    '../_base_/models/mask_rcnn_fpn.py', '../_base_/datasets/coco_instance.py',
     '../_base_/schedules/mask_rcnn_1x.py', '../_base_/det_runtime.py'
 ]
 model = dict(

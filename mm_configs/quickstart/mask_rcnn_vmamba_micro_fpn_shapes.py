@@ -2,15 +2,11 @@
 # (s1l8) blocks at widths 32-256, depths 1-1-2-1) on the generated shapes
 # (python tools/make_shapes_dataset.py data/shapes), trained on a CPU in minutes;
 # evaluates COCO bbox/segm mAP at the end. Everything else (slim
-# heads, 128x128 images, 300 iterations, AdamW) as mask_rcnn_ppma_micro_fpn_shapes.py.
-_base_ = './mask_rcnn_ppma_micro_fpn_shapes.py'
+# heads, 128x128 images, 300 iterations, AdamW) as _base_/shapes_mask_rcnn.py.
+_base_ = '../_base_/shapes_mask_rcnn.py'
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='PyramidBackbone',
         model_name='vmamba_tiny',
-        out_indices=(0, 1, 2, 3),
         embed_dims=(32, 64, 128, 256),
-        depths=(1, 1, 2, 1),
-        drop_path_rate=0.0),
+        depths=(1, 1, 2, 1)),
     neck=dict(in_channels=[32, 64, 128, 256]))

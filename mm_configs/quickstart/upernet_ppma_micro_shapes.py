@@ -1,39 +1,11 @@
 # Quick start: UPerNet with a micro PPMA (1.5 M backbone parameters, random init) on the
-# generated shapes (python tools/make_shapes_dataset.py data/shapes), trained on a CPU in
-# minutes; evaluates mIoU at the end. Slim heads, 128x128 crops, SyncBN of the released heads
-# (BN on a CPU, see ppma.mm.runtime).
-_base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/shapes_semantic.py',
-    '../_base_/seg_runtime.py'
-]
-num_classes = 4
-crop_size = (128, 128)
+# generated shapes; everything else as _base_/shapes_upernet.py.
+_base_ = '../_base_/shapes_upernet.py'
 model = dict(
-    data_preprocessor=dict(size=crop_size),
     backbone=dict(
         model_name='ppma_tiny',
         embed_dims=(32, 64, 128, 256),
         depths=(1, 1, 2, 1),
-        num_heads=(1, 2, 4, 8),
-        drop_path_rate=0.0),
-    decode_head=dict(in_channels=[32, 64, 128, 256], channels=64, num_classes=num_classes),
-    auxiliary_head=dict(in_channels=128, channels=32, num_classes=num_classes))
-
-max_iters = 800
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=50, end=max_iters, by_epoch=False)
-]
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=0.002, betas=(0.9, 0.999), weight_decay=0.05),
-    constructor='NoDecayOptimWrapperConstructor',  # no decay on the model's no_weight_decay()
-    paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.0)}))
-
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=20, log_metric_by_epoch=False),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters, max_keep_ckpts=1))
-log_processor = dict(by_epoch=False, window_size=20)
+        num_heads=(1, 2, 4, 8)),
+    decode_head=dict(in_channels=[32, 64, 128, 256]),
+    auxiliary_head=dict(in_channels=128))

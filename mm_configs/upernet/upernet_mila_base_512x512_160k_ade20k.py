@@ -5,7 +5,7 @@
 # test (the release's UPerNet base); heads as released (UPerHead 512, FCN auxiliary on stage 3).
 # The released backbone has a LayerNorm on each output; features_only MILA models have them too.
 _base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
+    '../_base_/models/upernet.py', '../_base_/datasets/ade20k_512x512.py',
     '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
 ]
 crop_size = (512, 512)

@@ -1,7 +1,7 @@
 # UPerNet 160k on Cityscapes 1024x1024 with PPMA-T;
 # 8 GPUs x 1 image; sliding-window test.
 _base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/cityscapes_1024x1024.py',
+    '../_base_/models/upernet.py', '../_base_/datasets/cityscapes_1024x1024.py',
     '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
 ]
 crop_size = (1024, 1024)

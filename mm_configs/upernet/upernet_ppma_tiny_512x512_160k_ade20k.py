@@ -1,7 +1,7 @@
 # UPerNet 160k on ADE20K 512x512 with PPMA-T;
 # 8 GPUs x 2 images; sliding-window test.
 _base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
+    '../_base_/models/upernet.py', '../_base_/datasets/ade20k_512x512.py',
     '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
 ]
 crop_size = (512, 512)

@@ -13,7 +13,7 @@
 # the residual stream after those blocks (the release's use_residual_as_feature=True, used for
 # Vim-S); the Vim-Ti run tapped the mixer outputs.
 _base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
+    '../_base_/models/upernet.py', '../_base_/datasets/ade20k_512x512.py',
     '../_base_/seg_runtime.py'
 ]
 crop_size = (512, 512)

@@ -1,28 +1,13 @@
-# UPerNet 160k on ADE20K 512x512 with VMamba-S [s2l15], preset vmamba_small_s2l15; 8 GPUs x 2 images
-# (the release: 4 x 4, the same total batch).
-# Settings of the release (github.com/MzeroMiko/VMamba, segmentation/configs/vssm1/
-# upernet_vssm_4xb4-160k_ade20k-512x512_small.py, on mmseg's Swin UPerNet 160k config): AdamW
-# lr 6e-5, weight decay 0.01, no decay on *norm* parameters, linear warm-up from 1e-6 over 1500
-# iterations then poly (power 1) to 0, drop path 0.3, UPerHead 512 and FCN auxiliary head on stage 3.
-# Not as released: no weight decay on SS2D's A_logs, Ds, dt_projs_bias (the model's
-# no_weight_decay(); the release's mmengine constructor decays them).
-# The released backbone has a LayerNorm on each output; features_only VMamba models have them too.
-_base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
-    '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
-]
-crop_size = (512, 512)
+# UPerNet 160k on ADE20K 512x512 with VMamba-S [s2l15], preset vmamba_small_s2l15; 8 GPUs x 2
+# images. The release's settings (github.com/MzeroMiko/VMamba, segmentation/configs/vssm1/
+# upernet_vssm_4xb4-160k_ade20k-512x512_small.py): VMamba-T's recipe with drop path 0.3.
+_base_ = './upernet_vmamba_tiny_512x512_160k_ade20k.py'
 model = dict(
-    data_preprocessor=dict(size=crop_size),
     backbone=dict(
-        type='PyramidBackbone',
         model_name='vmamba_small_s2l15',
         drop_path_rate=0.3,
         # Official ImageNet-1k checkpoint VMamba-S [s2l15], downloaded first from
         # https://github.com/MzeroMiko/VMamba/releases/download/%23v2cls/vssm_small_0229_ckpt_epoch_222.pth
-        # (override the path with --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-        init_cfg=dict(type='Pretrained', checkpoint='data/pretrained/vssm_small_0229_ckpt_epoch_222.pth')),
-    decode_head=dict(in_channels=[96, 192, 384, 768], num_classes=150),
-    auxiliary_head=dict(in_channels=384, num_classes=150),
-    test_cfg=dict(mode='whole'))
-optim_wrapper = dict(optimizer=dict(weight_decay=0.01))
+        init_cfg=dict(checkpoint='data/pretrained/vssm_small_0229_ckpt_epoch_222.pth')),
+    decode_head=dict(in_channels=[96, 192, 384, 768]),
+    auxiliary_head=dict(in_channels=384))

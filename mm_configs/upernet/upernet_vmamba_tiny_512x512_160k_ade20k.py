@@ -8,7 +8,7 @@
 # no_weight_decay(); the release's mmengine constructor decays them).
 # The released backbone has a LayerNorm on each output; features_only VMamba models have them too.
 _base_ = [
-    '../_base_/models/upernet_ppma.py', '../_base_/datasets/ade20k_512x512.py',
+    '../_base_/models/upernet.py', '../_base_/datasets/ade20k_512x512.py',
     '../_base_/schedules/upernet_160k.py', '../_base_/seg_runtime.py'
 ]
 crop_size = (512, 512)

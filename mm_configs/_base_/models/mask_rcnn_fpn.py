@@ -1,4 +1,5 @@
-# Mask R-CNN with FPN on a PPMA backbone (PPMA-T by default; the configs set the size).
+# Mask R-CNN with FPN on a backbone of this package (any family): each config sets the preset
+# (model.backbone.model_name), its drop path and init_cfg, and the FPN's in_channels.
 model = dict(
     type='MaskRCNN',
     data_preprocessor=dict(
@@ -10,12 +11,9 @@ model = dict(
         pad_size_divisor=32),
     backbone=dict(
         type='PyramidBackbone',
-        model_name='ppma_tiny',
-        out_indices=(0, 1, 2, 3),
-        drop_path_rate=0.1),
+        out_indices=(0, 1, 2, 3)),
     neck=dict(
         type='FPN',
-        in_channels=[64, 128, 256, 512],
         out_channels=256,
         num_outs=5),
     rpn_head=dict(

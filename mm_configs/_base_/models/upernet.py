@@ -1,4 +1,6 @@
-# UPerNet (+ FCN auxiliary head on stage 3) on a PPMA backbone (PPMA-T by default).
+# UPerNet (+ FCN auxiliary head on stage 3) on a backbone of this package (any family): each
+# config sets the preset (model.backbone.model_name), its drop path and init_cfg, and the heads'
+# in_channels.
 # The heads use SyncBN as released; ppma.mm.runtime turns it into BN on CPU runs.
 norm_cfg = dict(type='SyncBN', requires_grad=True)
 data_preprocessor = dict(
@@ -13,12 +15,9 @@ model = dict(
     data_preprocessor=data_preprocessor,
     backbone=dict(
         type='PyramidBackbone',
-        model_name='ppma_tiny',
-        out_indices=(0, 1, 2, 3),
-        drop_path_rate=0.1),
+        out_indices=(0, 1, 2, 3)),
     decode_head=dict(
         type='UPerHead',
-        in_channels=[64, 128, 256, 512],
         in_index=[0, 1, 2, 3],
         pool_scales=(1, 2, 3, 6),
         channels=512,
