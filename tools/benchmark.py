@@ -19,13 +19,32 @@ the allocator's peak beyond the weights) and the speed-up over the first backend
 rows: ``--model ppma_{tiny,small,base} --shape 224 224 --batch-size 128`` (and ``--train
 --batch-size 64``), ``--model ppma_tiny --features --batch-size 1 --shape S S`` for S in 512,
 768, 1024, 1280, 2048.
+
+``--runtime eager compile onnxruntime`` (any of them; CPU, inference): ms per image of each
+runtime for every model of ``--models`` (default the four families' tiny presets) in three cases,
+the classifier at 224x224 batch 1 and batch 8 and the ``features_only`` backbone at 512x512
+batch 1, all in one run: ``--repeats`` rounds, each timing every case on every runtime once
+(``--iters`` calls; interleaved, so that load from other jobs falls on all of them alike); the
+table has the medians and the ratio to eager. ``compile``: ``torch.compile`` (Inductor);
+``onnxruntime``: the file ``tools/export.py`` writes (``--onnx-dir DIR``: its
+``NAME[_features].onnx`` files are reused, missing ones exported there), on the CPU execution
+provider. ``--threads``: torch and ONNX Runtime intra-op threads.
 """
 import argparse
 import os
 import resource
+import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
+
+RUNTIMES = ("eager", "compile", "onnxruntime")
+RUNTIME_MODELS = ("ppma_tiny", "vmamba_tiny", "vim_tiny", "mila_tiny")
+# (label, features_only, batch, H, W)
+RUNTIME_CASES = (("224 bs1", False, 1, 224, 224), ("224 bs8", False, 8, 224, 224),
+                 ("backbone 512 bs1", True, 1, 512, 512))
 
 
 def parse_args(argv=None):
@@ -42,11 +61,16 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--runtime", nargs="+", choices=RUNTIMES, help="compare runtimes (CPU, see above)")
+    parser.add_argument("--models", nargs="+", default=list(RUNTIME_MODELS), help="--runtime: the models")
+    parser.add_argument("--onnx-dir", help="--runtime: folder of exported .onnx files (reused or written)")
+    parser.add_argument("--repeats", type=int, default=5, help="--runtime: interleaved rounds")
+    parser.add_argument("--threads", type=int, default=2, help="--runtime: intra-op threads")
     args = parser.parse_args(argv)
-    if args.iters < 1 or args.warmup < 0:
-        parser.error("--iters must be >= 1 and --warmup >= 0")
-    if (args.config is None) == (args.model is None):
-        parser.error("give either CONFIG or --model")
+    if args.iters < 1 or args.warmup < 0 or args.repeats < 1:
+        parser.error("--iters, --repeats must be >= 1 and --warmup >= 0")
+    if sum(a is not None for a in (args.config, args.model, args.runtime)) != 1:
+        parser.error("give one of CONFIG, --model or --runtime")
     return args
 
 
@@ -106,8 +130,69 @@ def benchmark_model(args) -> None:
         model.zero_grad(set_to_none=True)
 
 
+def runtime_runners(name: str, features: bool, runtimes, onnx_dir: Path, threads: int) -> dict:
+    """``{runtime: run(x)}`` for the preset ``name`` (CPU, inference)."""
+    import export  # tools/export.py, beside this script (one export code path for every tool)
+
+    model = export.build_model(name, features=features)
+    runners = {}
+    if "eager" in runtimes:
+        runners["eager"] = model
+    if "compile" in runtimes:
+        runners["compile"] = torch.compile(model)
+    if "onnxruntime" in runtimes:
+        import onnxruntime
+
+        path = onnx_dir / f"{name}{'_features' if features else ''}.onnx"
+        if not path.exists():
+            export.export_one(name, path, "onnx", features=features)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        input_name = session.get_inputs()[0].name
+        runners["onnxruntime"] = lambda x: session.run(None, {input_name: x.numpy()})
+    return runners
+
+
+def benchmark_runtimes(args) -> None:
+    """The ``--runtime`` table (see the module docstring): medians over interleaved rounds."""
+    import ppma.models  # noqa: F401  (registers the presets)
+
+    torch.set_num_threads(args.threads)
+    onnx_dir = Path(args.onnx_dir or tempfile.mkdtemp(prefix="ppma_onnx_"))
+    onnx_dir.mkdir(parents=True, exist_ok=True)
+    cases = []  # (model, label, batch, H, W, runners)
+    for name in args.models:
+        runners = {f: runtime_runners(name, f, args.runtime, onnx_dir, args.threads) for f in (False, True)}
+        cases += [(name, label, b, h, w, runners[f]) for label, f, b, h, w in RUNTIME_CASES]
+    times = {(c[0], c[1], r): [] for c in cases for r in args.runtime}
+    with torch.inference_mode():
+        for name, label, batch, h, w, runners in cases:
+            x = torch.randn(batch, 3, h, w)
+            for run in runners.values():
+                for _ in range(args.warmup):
+                    run(x)
+        for _ in range(args.repeats):
+            for name, label, batch, h, w, runners in cases:
+                x = torch.randn(batch, 3, h, w)
+                for runtime, run in runners.items():
+                    start = time.perf_counter()
+                    for _ in range(args.iters):
+                        run(x)
+                    times[name, label, runtime].append(1000 * (time.perf_counter() - start) / (args.iters * batch))
+    print(f"ms/img, CPU, {args.threads} threads, median of {args.repeats} interleaved rounds of {args.iters} calls")
+    print("| model | case | " + " | ".join(args.runtime) + " |\n|---|---|" + "---:|" * len(args.runtime))
+    for name, label, *_ in cases:
+        medians = {r: statistics.median(times[name, label, r]) for r in args.runtime}
+        eager = medians.get("eager")
+        cells = [f"{m:.1f}" + (f" ({m / eager:.2f}x)" if eager and r != "eager" else "") for r, m in medians.items()]
+        print(f"| {name} | {label} | " + " | ".join(cells) + " |")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.runtime is not None:
+        return benchmark_runtimes(args)
     if args.model is not None:
         return benchmark_model(args)
     from ppma.mm.analysis import build_model, dummy_batch
