@@ -26,6 +26,7 @@ def check(result):
     return result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["det", "seg"])
 def test_train_resume_test(mm, shapes_root, task):
     work = shapes_root / f"work_{task}"
@@ -50,6 +51,7 @@ def test_train_resume_test(mm, shapes_root, task):
         assert 0.0 <= metrics[key] <= 100.0, metrics
 
 
+@pytest.mark.slow
 def test_distributed_gloo_run(mm, shapes_root):
     work = shapes_root / "work_dist"
     cmd = ["bash", mm.tools / "dist_train.sh", mm.quick_seg, "2", "--work-dir", work,
