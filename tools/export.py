@@ -4,6 +4,7 @@ height and width dynamic, and check it against eager PyTorch.
     python tools/export.py --model NAME [--checkpoint FILE] [--features] --format onnx|pt2
                            --output OUT [--img-size H W] [--batch-size N] [--opset N] [--verify]
     python tools/export.py --model test_ppma test_vim ... --format onnx --output DIR --verify
+    python tools/export.py --config MMDET_OR_MMSEG_CONFIG [--checkpoint FILE] --format onnx ...
 
 ``--checkpoint``: any checkpoint the presets load (official, converted, or written by
 ``tools/train.py``), through the family's strict conversion. ``--features``: the
@@ -13,6 +14,11 @@ fixes sizes 0 and 1, so the example batch must be >= 2 and every stride-32 map a
 H, W >= 33); the exported graph runs at any batch size and any H, W >= 33 (Vim: any size its
 patch embedding accepts; its position embedding is resized as in eager). Every ``ppma::`` op
 becomes its export form (``ppma.ops.registry.export_decompositions``).
+
+``--config``: the backbone and neck of a detector (mmdet) or the backbone of a segmentor (mmseg)
+of that config, with a ``tools/train.py`` checkpoint (strict); the file returns the neck's maps
+(FPN: five) or the backbone's four. The rest (RPN proposals, RoI heads, UPerNet's pooling
+pyramid) is not exported: see docs/deploy.md.
 
 ``--verify`` runs the file (ONNX Runtime, or ``torch.export.load``) at the example size and at
 two others (batch 1 at 97x131, and batch + 1 at H + 32 x W + 16), prints the max relative error
@@ -49,6 +55,29 @@ def build_model(name: str, checkpoint: str | None = None, features: bool = False
         return create_from_checkpoint(name, read_checkpoint(checkpoint), **kwargs).eval()
     except ValueError as err:
         raise ValueError(f"checkpoint {checkpoint} does not fit {name}: {err}") from err
+
+
+class DenseFeatures(torch.nn.Module):
+    """The backbone (and neck, if any) of an mmdet/mmseg model: ``(B, 3, H, W)`` -> its maps."""
+
+    def __init__(self, model: torch.nn.Module, input_size=(3, 256, 320)):
+        super().__init__()
+        self.backbone, self.neck = model.backbone, getattr(model, "neck", None)
+        self.pretrained_cfg = {"input_size": input_size}  # the default example (example_input)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        feats = self.backbone(x)
+        return tuple(self.neck(feats) if self.neck is not None else feats)
+
+
+def build_dense(config: str, checkpoint: str | None = None) -> DenseFeatures:
+    """The backbone (+ neck) of ``config``'s model in eval mode, with ``checkpoint`` (strict)."""
+    from ppma.mm.analysis import build_model as build_mm_model
+    from ppma.mm.runtime import load_config
+
+    if not Path(config).is_file():
+        raise FileNotFoundError(f"config not found: {config}")
+    return DenseFeatures(build_mm_model(load_config(config), checkpoint)).eval()
 
 
 def example_input(model: torch.nn.Module, img_size=None, batch_size: int = 2) -> torch.Tensor:
@@ -124,9 +153,10 @@ def max_relative_error(model: torch.nn.Module, run, shape) -> float:
 
 
 def export_one(name, output: Path, fmt: str, checkpoint=None, features=False, img_size=None, batch_size=2,
-               opset=DEFAULT_OPSET, verify=False) -> dict:
-    """Export one preset; returns ``{'seconds': export time, 'errors': {shape: rel. error}}``."""
-    model = build_model(name, checkpoint, features)
+               opset=DEFAULT_OPSET, verify=False, config=None) -> dict:
+    """Export one preset (or ``config``'s backbone and neck); returns ``{'seconds': export time,
+    'errors': {shape: rel. error}}``."""
+    model = build_dense(config, checkpoint) if config else build_model(name, checkpoint, features)
     x = example_input(model, img_size, batch_size)
     start = time.perf_counter()
     save(export_program(model, x), x, fmt, output, opset)
@@ -139,7 +169,9 @@ def export_one(name, output: Path, fmt: str, checkpoint=None, features=False, im
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", nargs="+", required=True, help="preset name(s) of this package")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--model", nargs="+", help="preset name(s) of this package")
+    target.add_argument("--config", help="mmdet/mmseg config: export its backbone and neck")
     parser.add_argument("--checkpoint", help="weights (official, converted or tools/train.py's)")
     parser.add_argument("--features", action="store_true", help="export the features_only backbone")
     parser.add_argument("--format", choices=["onnx", "pt2"], required=True)
@@ -149,21 +181,23 @@ def parse_args(argv=None):
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (>= {MIN_OPSET})")
     parser.add_argument("--verify", action="store_true", help=f"check against eager, exit 1 above {TOLERANCE}")
     args = parser.parse_args(argv)
-    if args.checkpoint and len(args.model) > 1:
+    if args.checkpoint and args.model and len(args.model) > 1:
         parser.error("--checkpoint goes with a single --model")
+    if args.config and args.features:
+        parser.error("--features goes with --model (a --config export is the backbone and neck)")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     failed = False
-    for name in args.model:
+    for name in args.model or [args.config]:
         output = Path(args.output)
-        if len(args.model) > 1:
+        if args.model and len(args.model) > 1:
             output = output / f"{name}{'_features' if args.features else ''}.{args.format}"
         try:
             report = export_one(name, output, args.format, args.checkpoint, args.features, args.img_size,
-                                args.batch_size, args.opset, args.verify)
+                                args.batch_size, args.opset, args.verify, config=args.config)
         except (ValueError, FileNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

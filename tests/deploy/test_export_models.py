@@ -9,19 +9,17 @@ import pytest
 import torch
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "export.py"
-# Exporting a preset takes 30 s to 3 minutes on 2 busy cores: by default only test_ppma's ONNX runs
-# here; PPMA_TEST_ALL_EXPORTS=1 checks all four families (docs/deploy.md).
+PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+# One ONNX export takes 30 s to 3 min on 2 busy cores: by default only PPMA's (the polyline ops);
+# PPMA_TEST_ALL_EXPORTS=1 checks all four families (docs/deploy.md). The selective scan's export
+# graph is checked at other lengths in test_export_forms.py.
 ALL = os.environ.get("PPMA_TEST_ALL_EXPORTS") == "1"
-PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"] if ALL else ["test_ppma"]
+DEFAULT_PRESETS = {"test_ppma"}
 # Example sizes with H != W and off the presets' default grids (see docs/deploy.md: Vim's
 # position embedding at its own grid); checked at two other sizes and batch sizes, one odd.
 EXAMPLE = (48, 40)
 OTHER_SIZES = {"test_vim": [(1, 3, 48, 72), (3, 3, 64, 80)]}  # Vim: multiples of its patch
 DEFAULT_SIZES = [(1, 3, 97, 131), (3, 3, 64, 72)]
-# One ONNX export takes 30 s to 3 min on 2 busy cores: by default only PPMA's (the polyline ops);
-# the selective scan's export graph is checked at other lengths in test_export_forms.py.
-ALL = os.environ.get("PPMA_TEST_ALL_EXPORTS") == "1"
-DEFAULT_PRESETS = {"test_ppma"}
 
 
 def _tool():
@@ -72,6 +70,20 @@ def test_pt2_round_trip_at_other_sizes(tmp_path):
         assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
 
 
+def test_detector_backbone_and_neck_run_in_onnxruntime(tmp_path):
+    pytest.importorskip("mmdet", reason="mmdet is not installed (pip install 'ppma[mm]'); CI installs it")
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install .[export])")
+    config = TOOL.parents[1] / "mm_configs" / "quickstart" / "mask_rcnn_ppma_micro_fpn_shapes.py"
+    model = export.build_dense(str(config))
+    x = export.example_input(model, (64, 80))
+    path = tmp_path / "mask_rcnn_backbone_neck.onnx"
+    export.save(export.export_program(model, x), x, "onnx", path, export.DEFAULT_OPSET)
+    run = export.runner("onnx", path)
+    assert len(run(x)) == 5  # the FPN's levels
+    for shape in DEFAULT_SIZES:
+        assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
+
+
 def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="not a model of this package"):
         export.build_model("resnet18")
@@ -84,6 +96,8 @@ def test_clear_errors(tmp_path):
         export.example_input(model, batch_size=1)
     with pytest.raises(ValueError, match="opset 13 is too old"):
         export.save(None, None, "onnx", tmp_path / "m.onnx", 13)
+    with pytest.raises(FileNotFoundError, match="config not found: nothing.py"):
+        export.build_dense("nothing.py")
 
 
 @pytest.mark.parametrize("position", ["first", "middle"])
