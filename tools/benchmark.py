@@ -23,7 +23,8 @@ rows: ``--model ppma_{tiny,small,base} --shape 224 224 --batch-size 128`` (and `
 ``--runtime eager compile onnxruntime`` (any of them; CPU, inference): ms per image of each
 runtime for every model of ``--models`` (default the four families' tiny presets) in three cases,
 the classifier at 224x224 batch 1 and batch 8 and the ``features_only`` backbone at 512x512
-batch 1, all in one run: ``--repeats`` rounds, each timing every case on every runtime once
+batch 1, all in one run, one model after the other (only one model's runtimes are held in
+memory): ``--repeats`` rounds, each timing every case of the model on every runtime once
 (``--iters`` calls; interleaved, so that load from other jobs falls on all of them alike); the
 table has the medians and the ratio to eager. ``compile``: ``torch.compile`` (Inductor);
 ``onnxruntime``: the file ``tools/export.py`` writes (``--onnx-dir DIR``: its
@@ -161,32 +162,31 @@ def benchmark_runtimes(args) -> None:
     torch.set_num_threads(args.threads)
     onnx_dir = Path(args.onnx_dir or tempfile.mkdtemp(prefix="ppma_onnx_"))
     onnx_dir.mkdir(parents=True, exist_ok=True)
-    cases = []  # (model, label, batch, H, W, runners)
-    for name in args.models:
-        runners = {f: runtime_runners(name, f, args.runtime, onnx_dir, args.threads) for f in (False, True)}
-        cases += [(name, label, b, h, w, runners[f]) for label, f, b, h, w in RUNTIME_CASES]
-    times = {(c[0], c[1], r): [] for c in cases for r in args.runtime}
-    with torch.inference_mode():
-        for name, label, batch, h, w, runners in cases:
-            x = torch.randn(batch, 3, h, w)
-            for run in runners.values():
-                for _ in range(args.warmup):
-                    run(x)
-        for _ in range(args.repeats):
-            for name, label, batch, h, w, runners in cases:
-                x = torch.randn(batch, 3, h, w)
-                for runtime, run in runners.items():
-                    start = time.perf_counter()
-                    for _ in range(args.iters):
-                        run(x)
-                    times[name, label, runtime].append(1000 * (time.perf_counter() - start) / (args.iters * batch))
     print(f"ms/img, CPU, {args.threads} threads, median of {args.repeats} interleaved rounds of {args.iters} calls")
     print("| model | case | " + " | ".join(args.runtime) + " |\n|---|---|" + "---:|" * len(args.runtime))
-    for name, label, *_ in cases:
-        medians = {r: statistics.median(times[name, label, r]) for r in args.runtime}
-        eager = medians.get("eager")
-        cells = [f"{m:.1f}" + (f" ({m / eager:.2f}x)" if eager and r != "eager" else "") for r, m in medians.items()]
-        print(f"| {name} | {label} | " + " | ".join(cells) + " |")
+    for name in args.models:  # one model at a time: its runtimes in memory together, not every model's
+        runners = {f: runtime_runners(name, f, args.runtime, onnx_dir, args.threads) for f in (False, True)}
+        cases = [(label, b, h, w, runners[f]) for label, f, b, h, w in RUNTIME_CASES]
+        times = {(label, r): [] for label, *_ in cases for r in args.runtime}
+        with torch.inference_mode():
+            for label, batch, h, w, case_runners in cases:
+                x = torch.randn(batch, 3, h, w)
+                for run in case_runners.values():
+                    for _ in range(args.warmup):
+                        run(x)
+            for _ in range(args.repeats):
+                for label, batch, h, w, case_runners in cases:
+                    x = torch.randn(batch, 3, h, w)
+                    for runtime, run in case_runners.items():
+                        start = time.perf_counter()
+                        for _ in range(args.iters):
+                            run(x)
+                        times[label, runtime].append(1000 * (time.perf_counter() - start) / (args.iters * batch))
+        for label, *_ in cases:
+            medians = {r: statistics.median(times[label, r]) for r in args.runtime}
+            eager = medians.get("eager")
+            cells = [f"{m:.1f}" + (f" ({m / eager:.2f}x)" if eager and r != "eager" else "") for r, m in medians.items()]
+            print(f"| {name} | {label} | " + " | ".join(cells) + " |", flush=True)
 
 
 def main(argv=None):
