@@ -111,11 +111,7 @@ class Op:
     def __call__(self, *args, backend: str):
         """Run the custom op; ``backend`` is a resolved name (``'torch'`` or a kernel's). Returns a
         tensor, or a tuple for an op with several outputs. Residuals are kept only when autograd
-        will need them (grad mode on, a tensor argument requiring grad, not exporting). Under
-        ``torch.jit`` tracing (the TorchScript ONNX exporter, which mmdeploy drives) it runs the
-        op's export form, so that the trace holds plain ATen ops."""
-        if torch.jit.is_tracing():
-            return self.export(*args)
+        will need them (grad mode on, a tensor argument requiring grad, not exporting)."""
         keep = (
             torch.is_grad_enabled()
             and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
