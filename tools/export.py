@@ -2,7 +2,8 @@
 height and width dynamic, and check it against eager PyTorch.
 
     python tools/export.py --model NAME [--checkpoint FILE] [--features] --format onnx|pt2
-                           --output OUT [--img-size H W] [--batch-size N] [--opset N] [--verify]
+                           --output OUT [--img-size H W] [--batch-size N] [--opset N] [--no-optimize]
+                           [--verify]
     python tools/export.py --model test_ppma test_vim ... --format onnx --output DIR --verify
     python tools/export.py --config MMDET_OR_MMSEG_CONFIG [--checkpoint FILE] --format onnx ...
 
@@ -106,8 +107,11 @@ def export_program(model: torch.nn.Module, x: torch.Tensor) -> torch.export.Expo
     return program.run_decompositions({**torch.export.default_decompositions(), **export_decompositions()})
 
 
-def save(program: torch.export.ExportedProgram, x: torch.Tensor, fmt: str, output: Path, opset: int) -> None:
-    """Write ``program`` as ``.pt2`` or ONNX (``opset``) to ``output``."""
+def save(program: torch.export.ExportedProgram, x: torch.Tensor, fmt: str, output: Path, opset: int,
+         optimize: bool = True) -> None:
+    """Write ``program`` as ``.pt2`` or ONNX (``opset``) to ``output``. ``optimize``: run the ONNX
+    exporter's graph optimizer (onnxscript's rewriter and constant folding); without it the
+    export takes about half the time and ONNX Runtime still optimizes the graph when it loads it."""
     output.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "pt2":
         torch.export.save(program, str(output))
@@ -115,7 +119,9 @@ def save(program: torch.export.ExportedProgram, x: torch.Tensor, fmt: str, outpu
     if opset < MIN_OPSET:
         raise ValueError(f"--opset {opset} is too old: the export needs opset >= {MIN_OPSET} "
                          f"(bicubic antialiased Resize, and torch.onnx's dynamo exporter)")
-    onnx_program = torch.onnx.export(program, (x,), dynamo=True, opset_version=opset, verbose=False)
+    with torch.no_grad():  # the exporter reruns the graph; selective_scan's scan has no symbolic autograd
+        onnx_program = torch.onnx.export(program, (x,), dynamo=True, opset_version=opset, optimize=optimize,
+                                         verbose=False)
     onnx_program.save(str(output))
 
 
@@ -153,13 +159,13 @@ def max_relative_error(model: torch.nn.Module, run, shape) -> float:
 
 
 def export_one(name, output: Path, fmt: str, checkpoint=None, features=False, img_size=None, batch_size=2,
-               opset=DEFAULT_OPSET, verify=False, config=None) -> dict:
+               opset=DEFAULT_OPSET, verify=False, config=None, optimize=True) -> dict:
     """Export one preset (or ``config``'s backbone and neck); returns ``{'seconds': export time,
     'errors': {shape: rel. error}}``."""
     model = build_dense(config, checkpoint) if config else build_model(name, checkpoint, features)
     x = example_input(model, img_size, batch_size)
     start = time.perf_counter()
-    save(export_program(model, x), x, fmt, output, opset)
+    save(export_program(model, x), x, fmt, output, opset, optimize)
     report = {"seconds": time.perf_counter() - start, "errors": {}}
     if verify:
         run = runner(fmt, output)
@@ -179,6 +185,8 @@ def parse_args(argv=None):
     parser.add_argument("--img-size", type=int, nargs=2, metavar=("H", "W"), help="example input size")
     parser.add_argument("--batch-size", type=int, default=2, help="example batch size (>= 2)")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (>= {MIN_OPSET})")
+    parser.add_argument("--no-optimize", dest="optimize", action="store_false",
+                        help="skip the ONNX exporter's graph optimizer (faster export)")
     parser.add_argument("--verify", action="store_true", help=f"check against eager, exit 1 above {TOLERANCE}")
     args = parser.parse_args(argv)
     if args.checkpoint and args.model and len(args.model) > 1:
@@ -197,7 +205,8 @@ def main(argv=None) -> int:
             output = output / f"{name}{'_features' if args.features else ''}.{args.format}"
         try:
             report = export_one(name, output, args.format, args.checkpoint, args.features, args.img_size,
-                                args.batch_size, args.opset, args.verify, config=args.config)
+                                args.batch_size, args.opset, args.verify, config=args.config,
+                                optimize=args.optimize)
         except (ValueError, FileNotFoundError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
