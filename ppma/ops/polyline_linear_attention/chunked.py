@@ -34,10 +34,12 @@ CHUNK_ELEMENTS = 2**22
 
 def _chunks(bh: int, n: int, d: int, dv1: int, budget: int):
     """``(rows, [features, ...])``: slices of ``B * heads`` and, per row slice, of the ``d`` key
-    features, with at most ``budget`` state elements a chunk (one feature of one row at least)."""
+    features, with at most ``budget`` state elements a chunk (one feature of one row at least),
+    as even as their count allows."""
     per_feature = n * dv1
     width = max(1, min(d, budget // per_feature))
     rows = max(1, min(bh, budget // (per_feature * d))) if width == d else 1
+    width, rows = -(-d // -(-d // width)), -(-bh // -(-bh // rows))  # the same counts, evened out
     features = [slice(i, i + width) for i in range(0, d, width)]
     return [(slice(r, r + rows), features) for r in range(0, bh, rows)]
 
@@ -81,14 +83,43 @@ def _paths_vjp(scan: str, x: torch.Tensor, factors: list[torch.Tensor], grad: to
         y, residuals = impl.forward(*args)
         dx, *dfactors = impl.backward((grad.unsqueeze(1),), residuals, *args)
         return [y.squeeze(1)], dx.squeeze(1), [d.squeeze(1) for d in dfactors]
-    x = x.detach().requires_grad_()
-    leaves = [f.detach().requires_grad_() for f in factors]
+    paths, vjp = _vjp(lambda x, *factors: _paths(scan, x, list(factors)), x, *factors)
+    dx, *dfactors = vjp([grad] * len(paths))
+    return paths, dx, dfactors
+
+
+def _factors_vjp(scan: str, decays):
+    """``(factors, vjp)``: :func:`_factors` of ``decays`` ``(log_alpha, log_beta, log_gamma or
+    None)`` and the map from gradients of the factors to those of the decays given (not None)."""
+    present = _present(decays)
+    if scan == "triton":  # the factors are the decays
+        return present, list
+
+    def factors_of(*tensors):
+        given = iter(tensors)
+        return _factors(scan, [None if t is None else next(given) for t in decays])
+
+    return _vjp(factors_of, *present)
+
+
+def _vjp(fn, *inputs):
+    """``(outputs, vjp)``: ``fn(*inputs)`` (a list of tensors) and the map from gradients of the
+    outputs to those of ``inputs`` (zeros where unused). By torch.autograd where it records (it
+    keeps saved-tensor hooks working, e.g. for checkpointing); by torch.func inside a kernel's
+    backward custom op, which runs below the autograd dispatch keys."""
     with torch.enable_grad():
-        paths = _paths(scan, x, leaves)
-    dx, *dfactors = torch.autograd.grad(paths, [x, *leaves], [grad] * len(paths), allow_unused=True)
-    # single-block lines use their mask only
-    dfactors = [torch.zeros_like(f) if d is None else d for f, d in zip(factors, dfactors)]
-    return [p.detach() for p in paths], dx, dfactors
+        records = torch.ones((), requires_grad=True).mul(1).requires_grad
+    if not records:
+        return torch.func.vjp(fn, *inputs)
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    with torch.enable_grad():
+        outputs = fn(*leaves)
+
+    def vjp(grads):
+        found = torch.autograd.grad(outputs, leaves, grads, allow_unused=True)
+        return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, found)]
+
+    return [o.detach() for o in outputs], vjp
 
 
 def _contract(a: torch.Tensor, y: torch.Tensor, transposed: bool = False) -> torch.Tensor:
@@ -144,10 +175,8 @@ class _ChunkedLinearAttention(torch.autograd.Function):
         dq, dk, dvp = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(vp)
         ddecays = [None if t is None else torch.zeros_like(t) for t in (log_alpha, log_beta, log_gamma)]
         for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, ctx.budget):
-            decays = [None if t is None else t[rows].detach().requires_grad_()
-                      for t in (log_alpha, log_beta, log_gamma)]
-            with torch.enable_grad():
-                factors = _factors(ctx.scan, decays)
+            factors, factors_vjp = _factors_vjp(ctx.scan, [None if t is None else t[rows]
+                                                           for t in (log_alpha, log_beta, log_gamma)])
             dfactors = [torch.zeros_like(f) for f in factors]
             for features in feature_chunks:
                 gy = (q[rows, ..., features, None] * gnum[rows, ..., None, :]).flatten(-2)
@@ -158,11 +187,7 @@ class _ChunkedLinearAttention(torch.autograd.Function):
                 dvp[rows] += (dx * k[rows, ..., features, None]).sum(-2)
                 for total, part in zip(dfactors, df):
                     total += part
-            if ctx.scan == "triton":  # the factors are the decays
-                parts = dfactors
-            else:
-                parts = torch.autograd.grad(factors, _present(decays), dfactors)
-            for total, part in zip(_present(ddecays), parts):
+            for total, part in zip(_present(ddecays), factors_vjp(dfactors)):
                 total[rows] += part
         grads = (dq.to(q_in.dtype), dk.to(k_in.dtype), dvp[..., :-1].to(v_in.dtype))
         return (*grads, *ddecays, None, None, None)

@@ -1,13 +1,19 @@
 """Public :func:`polyline_linear_attention`: the custom op ``ppma::polyline_linear_attention``,
 registered below with its FLOP formula.
 
-Both backends run the chunked path (:mod:`.chunked`), which never holds the whole grid's
-``d x dv`` state: ``'torch'`` with the blocked PyTorch scan, ``'triton'`` with
-:func:`ppma.ops.polyline_scan`'s Triton kernel for the scans of every chunk. Gradients of
-both are those of the chunked path's own backward (an autograd function that recomputes each
-chunk's scans and backpropagates through them), reached by ``torch.func.vjp``: the chunked
-forward keeps nothing but its inputs, so there are no residuals to hand over. :mod:`.reference`,
-which forms every token's state at once, is the oracle of the tests.
+What each backend runs (none holds the whole grid's ``d x dv`` state):
+
+- ``'torch'``: the chunked path (:mod:`.chunked`) with the blocked PyTorch scan;
+- ``'cpu'`` (``auto`` on CPU tensors): :mod:`.cpu`, the quadratic form ``((q k^T) * L2D) v'`` on
+  small grids, else the scans of the state as batched matmuls, strip by strip with the states
+  carried across strips;
+- ``'triton'`` (``auto`` on CUDA): the chunked path with :func:`ppma.ops.polyline_scan`'s Triton
+  kernel for the scans of every chunk.
+
+Gradients of all three are those of the chunked path's own backward (an autograd function that
+recomputes each chunk's scans and backpropagates through them), reached by ``torch.func.vjp``:
+no backend keeps residuals. :mod:`.reference`, which forms every token's state at once, is the
+oracle of the tests.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from .._checks import check_decays, check_grid_tensor
 from .._custom_op import torch_backward
 from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, register, select_backend
+from . import cpu
 from .chunked import polyline_linear_attention_chunked
 from .export import polyline_linear_attention_export
 from .reference import polyline_linear_attention_reference
@@ -60,7 +67,10 @@ OP = register(
     export=polyline_linear_attention_export,
     fake=lambda q, k, v, *rest: torch.empty_like(v),
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+    kernels=[
+        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("cpu", cpu.unavailable, cpu.load),
+    ],
 )
 
 
@@ -83,8 +93,8 @@ def polyline_linear_attention(
     ``(B, heads, H, W, dv)`` in ``v``'s dtype; 3-D grids with ``log_gamma``: ``(B, heads, T, H, W,
     .)`` and decays ``(B, heads, T, H, W)``. State and sums in fp32 (fp64 for fp64 inputs).
     Memory O(N (d + dv)) plus a bounded chunk of the state. Differentiable in every tensor.
-    ``backend``: ``'torch'``, ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto;
-    see :func:`ppma.ops.select_backend`).
+    ``backend``: ``'torch'``, ``'cpu'``, ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else
+    auto; see :func:`ppma.ops.select_backend`).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_grid_tensor(name, t, log_alpha, log_gamma)
