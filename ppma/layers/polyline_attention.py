@@ -118,16 +118,21 @@ class PolylineAttention(nn.Module):
             raise ValueError(f"x must have shape {layout} with C={self.dim}, got {tuple(x.shape)}")
         v = self.v_proj(x)
         lepe = self.lepe(v)
-        q, k = self.rope(self._split_heads(self.q_proj(x)), self._split_heads(self.k_proj(x)))
-        q, k = self.q_tap(q), self.k_tap(k * self.scale)
+        # q and k contiguous, so that the rotary embedding runs over whole grids and the attention
+        # kernels copy nothing; k scaled before the rotation, as the release does (rotating is linear)
+        q = self._split_heads(self.q_proj(x)).contiguous()
+        k = self._split_heads(self.k_proj(x)).contiguous().mul_(self.scale)
+        q, k = self.rope(q, k)
+        q, k = self.q_tap(q), self.k_tap(k)
         v = self._split_heads(v)
         log_alpha, log_beta, log_gamma = _unpack(self.decay(x))
         if self.kind == "linear":
             out = self._linear(q, k, v, log_alpha, log_beta, log_gamma)
         else:
             out = polyline_attention(q, k, v, log_alpha, log_beta, log_gamma, kind=self.kind, form=self.mask_form)
-        out = out.movedim(1, -2).flatten(-2)  # (B, *grid, C)
-        return self.out_proj(out + lepe)
+        # the heads merged by the sum with lepe, which lays them out as lepe (B, *grid, heads, d)
+        out = torch.add(lepe.unflatten(-1, (self.num_heads, self.head_dim)), out.movedim(1, -2))
+        return self.out_proj(out.flatten(-2))
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """``(B, *grid, C)`` -> ``(B, heads, *grid, d)``."""

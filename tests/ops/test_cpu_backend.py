@@ -49,17 +49,25 @@ def test_values_and_gradients_match_the_reference(grid, kind, form, dtype):
 
 @pytest.mark.parametrize("form", ["official", "paper"])
 @pytest.mark.parametrize("grid", [(7, 9), (3, 5, 4)], ids=str)
-def test_vanilla_blocks_of_one_row_match_one_block(grid, form):
-    """Small blocks (one query row each) give the same values and gradients as a single block."""
-    inputs = make_inputs(grid, torch.float64, seed=1)
+@pytest.mark.parametrize("rows", [1, 3, "3 frames"], ids=["one_row", "three_rows", "three_pairs"])
+def test_vanilla_blocks_match_one_block(grid, form, rows):
+    """Blocks of one query row of one (batch, head) pair, of three rows of one pair (the last
+    block holds fewer) and of whole frames of three of the four pairs (the last block holds one)
+    give the values and gradients of a single block."""
+    inputs = make_inputs(grid, torch.float64, batch=2, seed=1)
     args = (*inputs, form)
     grad = torch.randn_like(inputs[2])
+    frames, height, width = (1, *grid) if len(grid) == 2 else grid
+    row = width * math.prod(grid)  # weights of one query row
+    block_elements, count = {1: (1, 4 * frames * height),
+                             3: (3 * row, 4 * frames * math.ceil(height / 3)),
+                             "3 frames": (3 * height * row, 2 * frames)}[rows]
+    q = cpu._pairs_first(*inputs[:3], inputs[5])[0]
+    assert len(cpu._blocks(*q.shape[:4], block_elements)) == count
     with torch.no_grad():
-        small = cpu._vanilla_forward(*args, block_elements=1), cpu._vanilla_backward(grad, *args, block_elements=1)
-        whole = cpu._vanilla_forward(*args, block_elements=1 << 30), cpu._vanilla_backward(grad, *args,
-                                                                                          block_elements=1 << 30)
-    q3d = cpu._as_3d(*inputs[:3], inputs[5])[0]
-    assert len(cpu._blocks(q3d, 1)) == math.prod(grid[:-1])  # one per query row
+        small, whole = ((cpu._vanilla_forward(*args, block_elements=elements),
+                         cpu._vanilla_backward(grad, *args, block_elements=elements))
+                        for elements in (block_elements, 1 << 30))
     torch.testing.assert_close(small, whole)
     want = polyline_attention_reference(*inputs, "vanilla", form)
     torch.testing.assert_close(small[0], want)
@@ -87,6 +95,28 @@ def test_criss_cross_in_chunks_of_lines_matches_the_reference(grid, form, block_
     inputs = [t if t is None else t.detach() for t in make_inputs(grid, torch.float64, batch=2, seed=2)]
     got = cpu._criss_cross_forward(*inputs, form, block_elements=block_elements, whole=0)
     torch.testing.assert_close(got, polyline_attention_reference(*inputs, "criss_cross", form))
+
+
+@pytest.mark.parametrize("form", ["official", "paper"])
+@pytest.mark.parametrize("grid", [(7, 9), (3, 5, 4)], ids=str)
+@pytest.mark.parametrize("pairs", [1, 3], ids=["one_pair", "three_pairs"])
+def test_criss_cross_in_chunks_of_pairs_matches_the_reference(grid, form, pairs):
+    """Chunks of one and of three of the four (batch, head) pairs (the last chunk holds one)."""
+    inputs = [t if t is None else t.detach() for t in make_inputs(grid, torch.float64, batch=2, seed=3)]
+    got = cpu._criss_cross_forward(*inputs, form, chunk_elements=pairs * math.prod(grid) * sum(grid))
+    torch.testing.assert_close(got, polyline_attention_reference(*inputs, "criss_cross", form))
+
+
+@pytest.mark.parametrize("kind,form", CASES)
+def test_vanishing_decays_cut_the_mask_as_in_the_reference(kind, form):
+    """Decays of zero (log-decay -inf) and below e^-1e4 (the criss-cross kind counts those as
+    -1e4): the mask is cut there, as in the reference."""
+    q, k, v, log_alpha, log_beta, _ = [t if t is None else t.detach() for t in make_inputs((7, 9), torch.float32)]
+    log_alpha[..., 3] = -math.inf
+    log_beta[..., 2, :] = -1e5
+    got = polyline_attention(q, k, v, log_alpha, log_beta, kind=kind, form=form, backend="cpu")
+    torch.testing.assert_close(got, polyline_attention_reference(q, k, v, log_alpha, log_beta, None, kind, form),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("whole_line", [1, 64], ids=["blocks", "whole_lines"])

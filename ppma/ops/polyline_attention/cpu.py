@@ -1,20 +1,26 @@
-"""CPU backend of ``ppma::polyline_attention``: the vanilla kind blocked over queries.
+"""CPU backend of ``ppma::polyline_attention``: both kinds in cache-sized blocks.
 
 The polyline log mask is a sum of three 1-D log masks (:mod:`ppma.ops.polyline_mask.reference`),
-each ``O(N^1.5)``: ``la[t, i, j, l]`` along row ``i`` (W axis), ``lb[t, i, k, l]`` along column
-``l`` (H axis), ``lg[k, l, t, s]`` along the depth line at ``(k, l)`` (T axis, 3-D only). For
-query ``(t, i, j)`` and key ``(s, k, l)`` the V2H log mask is ``la[t,i,j,l] + lb[t,i,k,l] +
-lg[k,l,t,s]`` and the H2V one ``la[s,k,l,j] + lb[s,k,i,j] + lg[i,j,s,t]``. Each block of query
-rows builds its ``(rows * W, N)`` part of both from the 1-D masks, attends (the two official-form
-softmaxes share one logits block) and is freed: memory ``O(N * block)``, never ``N x N``.
+each ``O(N^1.5)`` and symmetric in its two line indices: ``la[t, i, j, l]`` along row ``i`` (W
+axis), ``lb[t, i, k, l]`` along column ``l`` (H axis), ``lg[k, l, t, s]`` along the depth line at
+``(k, l)`` (T axis, 3-D only). For query ``(t, i, j)`` and key ``(s, k, l)`` the V2H log mask is
+``la[t,i,j,l] + lb[t,i,k,l] + lg[k,l,t,s]`` and the H2V one ``la[s,k,j,l] + lb[s,k,i,j] +
+lg[i,j,s,t]``.
 
-The backward runs the blocks again (no residuals) with the softmax gradients written out, sums
-the mask gradients back onto the 1-D masks, and takes those to the decays through the 1-D masks'
-autograd (``O(N^1.5)``). The criss-cross kind stores ``O(N^1.5)`` weights: small grids build the
-reference's whole-grid weights (official form in fp32: in scratch buffers, :mod:`ppma.ops._scratch`;
-else the reference runs); large ones rebuild each axis' 1-D weights per chunk of lines
-(``O(block)`` memory).
-Its gradient is autograd through the reference (``O(N^1.5)`` memory, as the torch backend).
+Vanilla kind, in blocks of ``(batch, head)`` pairs and query rows of at most ``BLOCK_ELEMENTS``
+weights per intra-op thread (4 MB in fp32, so that a block's passes stay in cache): a block's logits are written into
+a scratch buffer (:mod:`ppma.ops._scratch`), the 1-D masks are added to them as broadcasts, in
+place and into a second buffer (official form: ``logits + H2V``, ``logits + V2H``), both are
+softmaxed in place and their sum multiplies ``v`` once: memory ``O(N * block)``, never ``N x N``.
+The backward runs the blocks again (no residuals) with the softmax gradients written out, takes
+the mask gradients to the 1-D masks (the broadcasts' VJP) and those to the decays through the
+1-D masks' autograd (``O(N^1.5)``).
+
+Criss-cross kind, in chunks of ``(batch, head)`` pairs of at most ``CRISS_CROSS_CHUNK`` weights
+(all axes) per intra-op thread: a chunk builds each axis' 1-D weights in scratch and applies them in both path
+orders. Pairs with more than ``CRISS_CROSS_WHOLE`` weights (large grids) rebuild each axis'
+weights per chunk of lines for each of their two uses (``O(block)`` memory). Its gradient is
+autograd through the reference (``O(N^1.5)`` memory, as the torch backend).
 """
 from __future__ import annotations
 
@@ -27,132 +33,235 @@ from ..polyline_mask.reference import log_mask_1d
 from ..registry import Impl
 from .reference import polyline_attention_reference
 
-# fp32 elements of one (B, heads, queries, keys) block (32 MB); about 8 such blocks are live
-BLOCK_ELEMENTS = 1 << 23
-# criss-cross weights (all axes, fp32: 128 MB) up to which the reference runs: building each
-# axis' weights once for the whole grid is about 2x faster than rebuilding them per chunk
-CRISS_CROSS_WHOLE = 1 << 25
+# vanilla: weights of one block per intra-op thread (4 MB in fp32); two such scratch buffers
+# (paper form: three)
+BLOCK_ELEMENTS = 1 << 20
+# criss-cross: weights (all axes) of one chunk of (batch, head) pairs per intra-op thread (at
+# least one pair)
+CRISS_CROSS_CHUNK = 1 << 19
+# criss-cross: weights (all axes) of one (batch, head) pair beyond which lines are chunked instead
+CRISS_CROSS_WHOLE = 1 << 23
 
 
 def unavailable(device: torch.device) -> str | None:
     return None if torch.device(device).type == "cpu" else "the cpu backend runs on CPU tensors"
 
 
+def _per_thread(elements):
+    """``elements`` times the intra-op threads, which share each op of a block: every thread's part
+    stays cache-sized, and more threads get fewer, larger ops."""
+    return elements * torch.get_num_threads()
+
+
+def _softmax_(x):
+    """Softmax over the last dim of a contiguous ``x``, in place."""
+    return torch.ops.aten._softmax.out(x, -1, False, out=x)
+
+
+def _logits(q, k, out):
+    """``q @ k^T`` of ``(..., a, d)`` and ``(..., b, d)`` into ``out`` ``(..., a, b)``: multiplied in
+    ``q``'s dtype, as the reference multiplies, and rounded into ``out``'s (fp32 or fp64)."""
+    if q.dtype == out.dtype:
+        return torch.matmul(q, k.transpose(-1, -2), out=out)
+    return out.copy_(q @ k.transpose(-1, -2))
+
+
 def _line_masks(log_alpha, log_beta, log_gamma):
-    """The 1-D log masks ``(la, lb, lg)``: ``(B, h, T, H, W, W)``, ``(B, h, T, H, H, W)``,
-    ``(B, h, H, W, T, T)`` (``lg`` None on a 2-D grid, which is taken as ``T = 1``)."""
+    """The 1-D log masks ``(la, lb, la_t, lg)`` of the ``P = B * heads`` pairs, contiguous:
+    ``la[t, i, j, l]`` ``(P, T, H, W, W)``, ``lb[t, i, k, l]`` ``(P, T, H, H, W)``, ``la`` again
+    as ``la_t[j, t, i, l]`` ``(P, W, T, H, W)`` (the H2V mask's layout, so that its term adds as
+    one run of ``N``) and ``lg[k, l, t, s]`` ``(P, H, W, T, T)`` (None on a 2-D grid, which is
+    taken as ``T = 1``)."""
     if log_gamma is None:
         log_alpha, log_beta = log_alpha[:, :, None], log_beta[:, :, None]
-    la = log_mask_1d(log_alpha)
-    lb = log_mask_1d(log_beta.transpose(-1, -2)).permute(0, 1, 2, 4, 5, 3)
-    lg = None if log_gamma is None else log_mask_1d(log_gamma.permute(0, 1, 3, 4, 2))
-    return la, lb, lg
+    la = log_mask_1d(log_alpha).flatten(0, 1)
+    lb = log_mask_1d(log_beta.transpose(-1, -2)).permute(0, 1, 2, 4, 5, 3).flatten(0, 1).contiguous()
+    lg = None if log_gamma is None else log_mask_1d(log_gamma.permute(0, 1, 3, 4, 2)).flatten(0, 1)
+    return la, lb, la.permute(0, 3, 1, 2, 4).contiguous(), lg
 
 
-def _block_masks(la, lb, lg, t, i0, i1):
-    """V2H and H2V log masks of the queries in rows ``i0:i1`` of frame ``t``, each
-    ``(B, h, rows, W, T, H, W)`` (query row, query column, key ``s, k, l``)."""
-    v2h = la[:, :, t, i0:i1, :, None, None, :] + lb[:, :, t, i0:i1, None, None, :, :]
-    h2v = la.permute(0, 1, 5, 2, 3, 4)[:, :, None] + lb[:, :, :, :, i0:i1].permute(0, 1, 4, 5, 2, 3)[..., None]
+def _mask_terms(masks, pairs, t, i0, i1):
+    """The V2H and H2V log masks of block ``(pairs, t, i0, i1)`` (:func:`_blocks`) as two lists
+    of views of ``masks`` that broadcast to ``(pairs, rows, W, T, H, W)`` (query row and column,
+    key ``s, k, l``) and sum to the masks there."""
+    la, lb, la_t, lg = (None if m is None else m[pairs] for m in masks)
+    v2h = [la[:, t, i0:i1, :, None, None, :], lb[:, t, i0:i1, None, None]]
+    h2v = [la_t[:, None], lb[:, :, :, i0:i1].permute(0, 3, 4, 1, 2)[..., None]]
     if lg is not None:
-        v2h = v2h + lg[:, :, :, :, t].permute(0, 1, 4, 2, 3)[:, :, None, None]
-        h2v = h2v + lg[:, :, i0:i1, :, :, t][..., None, None]
+        v2h.append(lg[:, :, :, t].permute(0, 3, 1, 2)[:, None, None])
+        h2v.append(lg[:, i0:i1, :, :, t, None, None])
     return v2h, h2v
 
 
-def _add_block_grads(grads, d_v2h, d_h2v, t, i0, i1):
-    """Add the gradients of one block's masks (shaped as :func:`_block_masks`) to ``grads``, the
-    gradients of ``(la, lb, lg)``: the adjoint of the broadcasts there."""
-    dla, dlb, dlg = grads
-    dla[:, :, t, i0:i1] += d_v2h.sum((4, 5))
-    dlb[:, :, t, i0:i1] += d_v2h.sum((3, 4))
-    dla += d_h2v.sum(2).permute(0, 1, 3, 4, 5, 2)
-    dlb[:, :, :, :, i0:i1] += d_h2v.sum(6).permute(0, 1, 4, 5, 2, 3)
-    if dlg is not None:
-        dlg[:, :, :, :, t] += d_v2h.sum((2, 3)).permute(0, 1, 3, 4, 2)
-        dlg[:, :, i0:i1, :, :, t] += d_h2v.sum((5, 6))
+def _add_terms(out, terms, base=None):
+    """``out = base + sum(terms)`` (no ``base``: 0), the terms broadcast to ``out``; ``out`` may be
+    ``base``."""
+    if base is None:
+        out.copy_(terms[0])
+    else:
+        torch.add(base, terms[0], out=out)
+    for term in terms[1:]:
+        out.add_(term)
+    return out
 
 
-def _blocks(q, block_elements):
-    """``(t, i0, i1)`` per block of query rows (at least one row, else at most ``block_elements``
-    weights a block); ``q`` is ``(B, h, T, H, W, d)``."""
-    batch, heads, frames, height, width, _ = q.shape
-    n = frames * height * width
-    rows = max(1, min(height, block_elements // (batch * heads * width * n)))
-    return [(t, i0, min(i0 + rows, height)) for t in range(frames) for i0 in range(0, height, rows)]
+def _blocks(pairs, frames, height, width, block_elements):
+    """``(pairs, t, i0, i1)`` per block: a slice of the ``P`` pairs and the query rows ``i0:i1`` of
+    frame ``t``, at most ``block_elements`` weights (at least one pair and one row): whole frames
+    of as many pairs as fit, else rows of one pair (longer products than rows of many pairs)."""
+    row = width * frames * height * width
+    rows = max(1, min(height, block_elements // row))
+    step = max(1, block_elements // (rows * row)) if rows == height else 1
+    return [(slice(p, p + step), t, i0, min(i0 + rows, height))
+            for p in range(0, pairs, step) for t in range(frames) for i0 in range(0, height, rows)]
 
 
-def _weights(logits, v2h, h2v, form):
-    """Attention weights ``(..., queries, N)`` of one block and what their backward needs."""
+def _block_grid(masks, block):
+    """The shape ``(pairs, rows, W, T, H, W)`` of block ``block``'s weights (query row and column,
+    key ``s, k, l``)."""
+    count, frames, height, width = masks[0].shape[:4]
+    pairs, _, i0, i1 = block
+    return (len(range(count)[pairs]), i1 - i0, width, frames, height, width)
+
+
+def _block_weights(q, k, masks, block, form):
+    """The factors of one block's attention weights, each fp32 (fp64 for fp64 inputs) ``(pairs,
+    rows * W, N)`` in scratch (overwritten by the next block): official form ``(p_v2h, p_h2v)``,
+    the two softmaxes (weights ``0.5 (p_v2h + p_h2v)``); paper form ``(p, e_v2h, e_h2v)``,
+    ``softmax(QK^T)`` and the exponentiated masks (weights ``p (e_v2h + e_h2v)``).
+    ``q``: the block's queries ``(pairs, rows, W, d)``; ``k`` ``(pairs, N, d)``."""
+    pairs, rows, width, d = q.shape
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    shape = (pairs, rows * width, k.shape[1])
+    grid = _block_grid(masks, block)
+    logits = _logits(q.reshape(pairs, rows * width, d), k, scratch("polyline_attention.logits", shape, dtype))
+    buffers = [scratch(f"polyline_attention.mask{i}", shape, dtype) for i in range(2)]
+    v2h, h2v = _mask_terms(masks, *block)
     if form == "official":
-        p1, p2 = (logits + v2h).softmax(-1), (logits + h2v).softmax(-1)
-        return 0.5 * (p1 + p2), (p1, p2)
-    p, mask = logits.softmax(-1), v2h.exp() + h2v.exp()
-    return p * mask, (p, mask)
+        _add_terms(buffers[0].view(grid), v2h, base=logits.view(grid))
+        _add_terms(logits.view(grid), h2v, base=logits.view(grid))
+        return _softmax_(buffers[0]), _softmax_(logits)
+    for buffer, terms in zip(buffers, (v2h, h2v)):
+        _add_terms(buffer.view(grid), terms).exp_()
+    return _softmax_(logits), *buffers
 
 
-def _as_3d(q, k, v, log_gamma):
-    """``(q, k, v)`` with a depth axis of 1 on a 2-D grid; ``k``, ``v`` flattened to ``(B, h, N, .)``."""
-    if log_gamma is None:
-        q, k, v = q[:, :, None], k[:, :, None], v[:, :, None]
-    return q, k.flatten(2, -2), v.flatten(2, -2)
+def _add_mask_grads(grads, masks, block, d_v2h, d_h2v):
+    """Add the gradients of block ``block``'s V2H and H2V log masks, ``d_v2h`` and ``d_h2v``
+    ``(pairs, rows * W, N)``, to ``grads``, those of the 1-D masks given (the broadcasts' VJP)."""
+    given = [m for m in masks if m is not None]
+
+    def terms(*masks):
+        v2h, h2v = _mask_terms((*masks, None)[:4], *block)
+        return (*v2h, *h2v)
+
+    outputs, vjp = torch.func.vjp(terms, *given)
+    n, grid = len(outputs) // 2, _block_grid(masks, block)
+    cotangents = [d_v2h.view(grid).sum_to_size(term.shape) for term in outputs[:n]]
+    cotangents += [d_h2v.view(grid).sum_to_size(term.shape) for term in outputs[n:]]
+    for total, g in zip(grads, vjp(tuple(cotangents))):
+        total += g
 
 
-def _vanilla_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS):
-    """Vanilla polyline attention, ``O(N * block)`` memory; shapes as the reference's."""
+def _pairs_first(q, k, v, log_gamma):
+    """``q`` ``(P, T, H, W, d)``, ``k``, ``v`` ``(P, N, .)``, contiguous (2-D grids: ``T = 1``)."""
+    grid = q.shape[2:-1] if log_gamma is not None else (1, *q.shape[2:-1])
+    n = math.prod(grid)
+    return q.reshape(-1, *grid, q.shape[-1]), k.reshape(-1, n, k.shape[-1]), v.reshape(-1, n, v.shape[-1])
+
+
+def _vanilla_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=None):
+    """Vanilla polyline attention, ``O(N * block)`` memory; shapes as the reference's.
+    ``block_elements``: default :data:`BLOCK_ELEMENTS` per thread."""
+    block_elements = block_elements or _per_thread(BLOCK_ELEMENTS)
     shape = v.shape
     masks = _line_masks(log_alpha, log_beta, log_gamma)
-    q, k, v = _as_3d(q, k, v, log_gamma)
-    kt = k.transpose(-1, -2)
+    q, k, v = _pairs_first(q, k, v, log_gamma)
     out = v.new_empty(*q.shape[:-1], v.shape[-1])
-    for t, i0, i1 in _blocks(q, block_elements):
-        qb = q[:, :, t, i0:i1].flatten(2, 3)
-        logits = qb @ kt
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        v2h, h2v = (m.flatten(2, 3).flatten(3) for m in _block_masks(*masks, t, i0, i1))
-        attn, _ = _weights(logits, v2h, h2v, form)
-        out[:, :, t, i0:i1] = (attn.to(v.dtype) @ v).unflatten(2, (i1 - i0, q.shape[4]))
+    for block in _blocks(*q.shape[:4], block_elements):
+        pairs, t, i0, i1 = block
+        w = _block_weights(q[pairs, t, i0:i1], k[pairs], masks, block, form)
+        # official: the sum of the two softmaxes, halved after the product (exactly: a power of 2)
+        attn = w[0].add_(w[1]) if form == "official" else w[1].add_(w[2]).mul_(w[0])
+        result = (attn.to(v.dtype) @ v[pairs]).view(out[pairs, t, i0:i1].shape)
+        out[pairs, t, i0:i1] = result.mul_(0.5) if form == "official" else result
     return out.reshape(shape)
 
 
-def _vanilla_backward(grad, q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS):
+def _vanilla_backward(grad, q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=None):
     """Gradients of :func:`_vanilla_forward` for ``q, k, v`` and the decays given (not None)."""
+    block_elements = block_elements or _per_thread(BLOCK_ELEMENTS)
     decays = [d for d in (log_alpha, log_beta, log_gamma) if d is not None]
-    def line_masks(*decays):
+
+    def line_masks(*decays):  # those not None
         return tuple(m for m in _line_masks(*decays, *([None] * (3 - len(decays)))) if m is not None)
 
     masks, masks_vjp = torch.func.vjp(line_masks, *decays)
     mask_grads = [torch.zeros_like(m) for m in masks]
-    masks, mask_grads = (*masks, None)[:3], (*mask_grads, None)[:3]
+    masks = (*masks, None)[:4]
     q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
-    q, k, v = _as_3d(q, k, v, log_gamma)
+    q, k, v = _pairs_first(q, k, v, log_gamma)
     grad = grad.reshape(*q.shape[:-1], v.shape[-1])
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    kt = k.transpose(-1, -2)
-    for t, i0, i1 in _blocks(q, block_elements):
-        qb, gb = q[:, :, t, i0:i1].flatten(2, 3), grad[:, :, t, i0:i1].flatten(2, 3)
-        logits = qb @ kt
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        block = _block_masks(*masks, t, i0, i1)
-        v2h, h2v = (m.flatten(2, 3).flatten(3) for m in block)
-        attn, saved = _weights(logits, v2h, h2v, form)
-        dv += attn.to(v.dtype).transpose(-1, -2) @ gb
-        d_attn = (gb @ v.transpose(-1, -2)).to(logits.dtype)
+    for block in _blocks(*q.shape[:4], block_elements):
+        pairs, t, i0, i1 = block
+        w = _block_weights(q[pairs, t, i0:i1], k[pairs], masks, block, form)
+        qb, gb = q[pairs, t, i0:i1].flatten(1, 2), grad[pairs, t, i0:i1].flatten(1, 2)
         if form == "official":
-            d_v2h, d_h2v = (p * (0.5 * d_attn - (0.5 * d_attn * p).sum(-1, keepdim=True)) for p in saved)
+            attn = 0.5 * (w[0] + w[1])
+        else:
+            p, mask = w[0], w[1] + w[2]
+            attn = p * mask
+        dv[pairs] += attn.to(v.dtype).transpose(-1, -2) @ gb
+        d_attn = (gb @ v[pairs].transpose(-1, -2)).to(attn.dtype)
+        if form == "official":
+            d_v2h, d_h2v = (p * (0.5 * d_attn - (0.5 * d_attn * p).sum(-1, keepdim=True)) for p in w)
             d_logits = d_v2h + d_h2v
         else:
-            p, mask = saved
             dp = d_attn * mask
             d_logits = p * (dp - (dp * p).sum(-1, keepdim=True))
             d_mask = d_attn * p
-            d_v2h, d_h2v = d_mask * v2h.exp(), d_mask * h2v.exp()
+            d_v2h, d_h2v = d_mask * w[1], d_mask * w[2]
         d_logits = d_logits.to(q.dtype)
-        dq[:, :, t, i0:i1] = (d_logits @ k).unflatten(2, (i1 - i0, q.shape[4]))
-        dk += d_logits.transpose(-1, -2) @ qb
-        _add_block_grads(mask_grads, *(d.reshape(m.shape) for d, m in zip((d_v2h, d_h2v), block)), t, i0, i1)
-    d_decays = masks_vjp(tuple(g for g in mask_grads if g is not None))
+        dq[pairs, t, i0:i1] = (d_logits @ k[pairs]).view(dq[pairs, t, i0:i1].shape)
+        dk[pairs] += d_logits.transpose(-1, -2) @ qb
+        _add_mask_grads(mask_grads, masks, block, d_v2h, d_h2v)
+    d_decays = masks_vjp(tuple(mask_grads))
     return [dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(v_shape), *d_decays]
+
+
+def _line_distances(log_decay, out):
+    """``-log_mask_1d(log_decay)``, ``|G_j - G_l|`` with ``G = cumsum(log_decay)``, ``(..., n)`` ->
+    ``(..., n, n)`` into ``out`` (fp32 or fp64) in two passes (:func:`log_mask_1d` takes five).
+    ``G`` is summed in fp64, so an fp32 difference is the segment sum rounded once, as
+    ``log_mask_1d``'s (whose cumulative sum accumulates in fp64 on the CPU). Log-decays below
+    ``-1e4`` (factors under ``e^-1e4``: zero in every float format) count as ``-1e4``, which keeps
+    ``G`` finite and its differences exact."""
+    g = log_decay.double().clamp(min=-1e4).cumsum(-1)
+    return torch.sub(g[..., :, None], g[..., None, :], out=out).abs_()
+
+
+def _axis_weights(q, k, log_decay, axis, form, dtype):
+    """The reference's ``_axis_attention`` (the 1-D weights along grid ``axis`` of ``(P, *grid,
+    d)`` tensors, ``(P, *other axes, n, n)``) in scratch (overwritten by the next call for this
+    axis), in ``dtype``."""
+    qa, ka = q.movedim(axis, -2), k.movedim(axis, -2)
+    shape = (*qa.shape[:-1], qa.shape[-2])
+    fp = torch.float64 if q.dtype == torch.float64 else torch.float32
+    logits = _logits(qa, ka, scratch(f"polyline_attention.axis{axis}", shape, fp))
+    distances = _line_distances(log_decay.movedim(axis, -1), scratch("polyline_attention.distances", shape, fp))
+    if form == "official":
+        weights = _softmax_(logits.sub_(distances))
+    else:
+        weights = _softmax_(logits).mul_(distances.neg_().exp_())
+    return weights.to(dtype)
+
+
+def _apply(attns, y):
+    """The 1-D weights ``attns`` (``(weights, axis)``, applied first to last) applied to ``y``."""
+    for attn, axis in attns:
+        y = (attn @ y.movedim(axis, -2)).movedim(-2, axis)
+    return y
 
 
 def _axis_apply(q, k, y, log_decay, axis, form, block_elements):
@@ -167,76 +276,55 @@ def _axis_apply(q, k, y, log_decay, axis, form, block_elements):
     step = max(1, block_elements // (n * n))
     for start in range(0, y.shape[0], step):
         lines = slice(start, start + step)
-        logits = q[lines] @ k[lines].transpose(-1, -2)
-        logits = logits if logits.dtype == torch.float64 else logits.float()
-        log_mask = log_mask_1d(log_decay[lines])
-        attn = (logits + log_mask).softmax(-1) if form == "official" else logits.softmax(-1) * log_mask.exp()
-        out[lines] = attn.to(y.dtype) @ y[lines]
+        out[lines] = _axis_weights(q[lines], k[lines], log_decay[lines], 1, form, y.dtype) @ y[lines]
     return out.reshape(shape).movedim(-2, axis)
 
 
-def _axis_weights(q, k, log_decay, axis, slot):
-    """The reference's official-form ``_axis_attention`` for fp32 ``q``, ``k``, with every
-    temporary in scratch ``slot`` (valid until its next use): ``softmax(QK^T + S + S^T)``, ``S``
-    the segment sums of :func:`~ppma.ops.polyline_mask.reference.log_mask_1d`; returns
-    ``(B, h, *other axes, n, n)``."""
-    qa, ka = q.movedim(axis, -2), k.movedim(axis, -2)
-    n = qa.shape[-2]
-    shape = (*qa.shape[:-1], n)
-    logits = torch.matmul(qa, ka.transpose(-1, -2), out=scratch(f"{slot}.logits", shape))
-    below = torch.ones(n, n, dtype=torch.bool).tril(-1)
-    terms = torch.mul(log_decay.movedim(axis, -1).float()[..., :, None], below, out=scratch(f"{slot}.terms", shape))
-    segsum = torch.cumsum(terms, -2, out=scratch(f"{slot}.segsum", shape))
-    logits.add_(segsum).add_(segsum.transpose(-1, -2))
-    return torch.ops.aten._softmax.out(logits, -1, False, out=scratch(f"{slot}.weights", shape))
-
-
-def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, block_elements=BLOCK_ELEMENTS,
-                         whole=CRISS_CROSS_WHOLE):
-    """Criss-cross polyline attention: when its weights (all axes) are at most ``whole``
-    elements, the reference's whole-grid weights (official form in fp32: built in scratch
-    buffers, :func:`_axis_weights`; else the reference itself), else (large grids) each axis'
-    weights rebuilt per chunk of lines of at most ``block_elements`` for each of their two uses
-    (``O(block)`` memory)."""
+def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, chunk_elements=None,
+                         whole=CRISS_CROSS_WHOLE, block_elements=None):
+    """Criss-cross polyline attention: chunks of ``(batch, head)`` pairs with at most
+    ``chunk_elements`` weights (all axes, one pair at least; default :data:`CRISS_CROSS_CHUNK`
+    per thread), each axis' weights built whole for a chunk, when a pair has at most ``whole``
+    weights; else (large grids) each axis' weights rebuilt per chunk of lines of at most
+    ``block_elements`` (default :data:`BLOCK_ELEMENTS` per thread) for each of their two uses."""
+    chunk_elements = chunk_elements or _per_thread(CRISS_CROSS_CHUNK)
+    block_elements = block_elements or _per_thread(BLOCK_ELEMENTS)
     grid = q.shape[2:-1]
-    weights = q.shape[0] * q.shape[1] * math.prod(grid) * sum(grid)
     w_axis = q.dim() - 2
     axes = [(log_beta, w_axis - 1), (log_alpha, w_axis)]
     if log_gamma is not None:
         axes.insert(0, (log_gamma, w_axis - 2))
-    if weights <= whole and form == "official" and q.dtype == k.dtype == v.dtype == torch.float32:
-        attns = [(_axis_weights(q, k, log_decay, axis, f"polyline_attention.axis{axis}"), axis)
-                 for log_decay, axis in axes]
-
-        def apply(order):
+    weights = math.prod(grid) * sum(grid)  # of one pair
+    if weights > whole:
+        def run(order):
             y = v
-            for attn, axis in order:
-                y = (attn @ y.movedim(axis, -2)).movedim(-2, axis)
+            for log_decay, axis in order:
+                y = _axis_apply(q, k, y, log_decay, axis, form, block_elements)
             return y
 
-        return 0.5 * apply(attns) + 0.5 * apply(attns[::-1])
-    if weights <= whole:
-        return polyline_attention_reference(q, k, v, log_alpha, log_beta, log_gamma, "criss_cross", form)
-
-    def run(order):
-        y = v
-        for log_decay, axis in order:
-            y = _axis_apply(q, k, y, log_decay, axis, form, block_elements)
-        return y
-
-    return 0.5 * run(axes) + 0.5 * run(axes[::-1])
+        return 0.5 * run(axes) + 0.5 * run(axes[::-1])
+    shape = v.shape
+    q, k, v = (t.reshape(-1, *t.shape[2:]) for t in (q, k, v))  # (P, *grid, C)
+    axes = [(d.flatten(0, 1), axis - 1) for d, axis in axes]
+    out = torch.empty_like(v, memory_format=torch.contiguous_format)
+    step = max(1, chunk_elements // weights)
+    for start in range(0, v.shape[0], step):
+        pairs = slice(start, start + step)
+        attns = [(_axis_weights(q[pairs], k[pairs], d[pairs], axis, form, v.dtype), axis) for d, axis in axes]
+        # 0.5 a + 0.5 b == 0.5 (a + b) exactly (a power of 2)
+        torch.add(_apply(attns, v[pairs]), _apply(attns[::-1], v[pairs]), out=out[pairs]).mul_(0.5)
+    return out.reshape(shape)
 
 
 def load() -> Impl:
     """The CPU :class:`~ppma.ops.registry.Impl`; it keeps no residuals (the backward recomputes).
-    Under autocast the vanilla forward multiplies in autocast's dtype (as the reference) and its
+    Under autocast the forward multiplies in autocast's dtype (as the reference) and the vanilla
     backward runs with autocast off, in the inputs' dtype."""
     from .op import _autocast
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        if kind == "vanilla":
-            return _vanilla_forward(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
-        return _criss_cross_forward(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
+        attend = _vanilla_forward if kind == "vanilla" else _criss_cross_forward
+        return attend(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         if kind == "vanilla":
