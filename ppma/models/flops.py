@@ -29,14 +29,9 @@ from torch import nn
 from ppma.ops import registered_ops
 from ppma.ops._custom_op import APPENDED_ARGUMENTS
 
-ELEMENTWISE_OPS = (
-    "aten::neg",
-    "aten::add",
-    "aten::exp",
-    "aten::mul",
-    "aten::div",
-    "aten::softplus",
-)
+# Out of place and in place (the layers compute in place where autograd does not need the input)
+ELEMENTWISE_OPS = tuple(f"aten::{name}{suffix}" for name in ("neg", "add", "exp", "mul", "div", "softplus")
+                        for suffix in ("", "_"))
 
 
 def _argument(value):
