@@ -2,9 +2,8 @@
 
 - :class:`SS2D`: the 2-D selective-scan mixer (``token_layout = '2d'``) in the two released
   forms, ``'v05_noz'`` (VMamba v2: no gate, ``d_state = 1``) and ``'v0'`` (vanilla VMamba:
-  SiLU gate ``z``, ``d_state = 16``), on :func:`ppma.ops.cross_scan`,
-  :func:`ppma.ops.selective_scan` (the four routes as four B/C groups) and
-  :func:`ppma.ops.cross_merge`;
+  SiLU gate ``z``, ``d_state = 16``), on :func:`ppma.ops.cross_selective_scan` (its
+  projections and the selective scan along the four routes, as one op);
 - :class:`VSSBlock`: norm, SS2D, drop path, and (v2) norm, MLP;
 - stems :class:`VMambaStem` (v2: two stride-2 3x3 convs) and :class:`VMambaPatchEmbed` (v1: a
   4x4 patch conv); downsamplers :class:`VMambaDownsample` (v3: a 3x3 stride-2 conv) and
@@ -25,7 +24,7 @@ import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 from torch import nn
 
-from ppma.ops import cross_merge, cross_scan, selective_scan
+from ppma.ops import cross_selective_scan
 
 from .layout import GRID_2D
 
@@ -46,13 +45,17 @@ class SS2D(nn.Module):
     (``'auto'``: ``ceil(dim / 16)``), ``K = 4`` routes and ``L = H W``::
 
         x = in_proj(x)                          # (B, H, W, D); 'v0': (x, z), z = silu(z)
-        x = silu(conv2d(x))                     # 3x3 depthwise, channels-first (B, D, H, W)
+        x = silu(conv2d(x))                     # 3x3 depthwise (on a channels-first view)
         xs = cross_scan(x)                      # (B, K, D, L)
         dt, B, C = x_proj_weight[k] @ xs[:, k]  # per route: (B, K, R), (B, K, N), (B, K, N) x L
         dt = dt_projs_weight[k] @ dt            # (B, K, D, L)
         ys = selective_scan(xs, dt, -exp(A_logs), B, C, Ds, dt_projs_bias, softplus)  # K groups
         y = out_norm(cross_merge(ys))           # LayerNorm over D, in fp32 as released
         out = out_proj(y)                       # 'v0': out_proj(y * z)
+
+    The lines from ``cross_scan`` to ``cross_merge`` are one op,
+    :func:`ppma.ops.cross_selective_scan` (on the CPU it reads the routes from the
+    map and merges them back in place of copies).
 
     Parameters: ``x_proj_weight`` ``(K, R + 2N, D)``, ``dt_projs_weight`` ``(K, D, R)``,
     ``dt_projs_bias`` ``(K, D)``, ``A_logs`` ``(K D, N)``, ``Ds`` ``(K D,)``, initialised as
@@ -96,22 +99,13 @@ class SS2D(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[-1] != self.dim:
             raise ValueError(f"expected channels-last (B, H, W, {self.dim}) tokens, got {tuple(x.shape)}")
-        b, h, w, _ = x.shape
         x = self.in_proj(x)
         if self.gate:
             x, z = x.chunk(2, dim=-1)
             z = self.act(z)
-        x = self.act(self.conv2d(x.permute(0, 3, 1, 2)))
-        xs = cross_scan(x)  # (B, K, D, L)
-        r, n = self.dt_rank, self.d_state
-        dts, bs, cs = torch.einsum("bkdl,kcd->bkcl", xs, self.x_proj_weight).split([r, n, n], dim=2)
-        dts = torch.einsum("bkrl,kdr->bkdl", dts, self.dt_projs_weight)
-        ys = selective_scan(
-            xs.flatten(1, 2), dts.flatten(1, 2), -self.A_logs.float().exp(), bs.contiguous(), cs.contiguous(),
-            self.Ds.float(), delta_bias=self.dt_projs_bias.flatten().float(), delta_softplus=True,
-            out_dtype=torch.float32,
-        )
-        y = cross_merge(ys.view(b, ROUTES, self.d_inner, h, w)).permute(0, 2, 3, 1)
+        x = self.act(self.conv2d(x.permute(0, 3, 1, 2))).permute(0, 2, 3, 1)  # (B, H, W, D)
+        y = cross_selective_scan(x, self.x_proj_weight, self.dt_projs_weight, self.dt_projs_bias,
+                                 -self.A_logs.float().exp(), self.Ds.float())
         y = self.out_norm(y.to(self.out_norm.weight.dtype))
         y = y * z if self.gate else y.to(x.dtype)
         return self.out_proj(y)

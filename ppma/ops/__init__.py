@@ -6,7 +6,7 @@ name, so ``ppma.ops.polyline_scan`` is the function; import a folder's members b
 (``from ppma.ops.polyline_scan.reference import ...``). See docs/ops.md.
 """
 from ._checks import ORDERS
-from .cross_scan import cross_merge, cross_scan
+from .cross_scan import cross_merge, cross_scan, cross_selective_scan
 from .polyline_attention import polyline_attention, polyline_attention_reference
 from .polyline_linear_attention import polyline_linear_attention
 from .polyline_mask import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
@@ -19,6 +19,7 @@ __all__ = [
     "backend_report",
     "cross_merge",
     "cross_scan",
+    "cross_selective_scan",
     "decay_scan_1d",
     "log_mask_1d",
     "polyline_attention",

@@ -1,7 +1,9 @@
 """The selective scan's CPU kernel against the sequential reference: values, last states and
-gradients, odd lengths, batch 1, one chunk and several."""
+gradients, odd lengths, batch 1, one chunk and several; the shared pieces (softplus, the scan in
+two directions)."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ppma.ops import select_backend, selective_scan
 from ppma.ops._scratch import release_scratch
@@ -42,7 +44,7 @@ def test_values_and_last_state_match_the_reference(case, chunk):
 def test_default_chunks_short_steps(monkeypatch):
     """With few elements per step the default takes several chunks (the carry is used)."""
     monkeypatch.setattr(cpu, "STEP_ELEMENTS", 64)
-    assert cpu.chunk_length(37, 8) == 5 and cpu.chunk_length(37, 64) == 37 and cpu.chunk_length(3, 1) == 1
+    assert cpu.chunk_length(37, 8) == 7 and cpu.chunk_length(37, 64) == 37 and cpu.chunk_length(1, 1) == 1
     torch.manual_seed(1)
     inputs = random_inputs(1, 8, 1, 37, 2, D=True, delta_bias=True, delta_softplus=True, a_max=6.0)
     y, last = cpu.selective_scan_cpu(**inputs, delta_softplus=True)
@@ -92,3 +94,33 @@ def test_scratch_reused_across_modes_and_sizes():
     y.sum().backward()
     want, _ = selective_scan_reference(**small, delta_softplus=True)
     assert relative(y.detach(), want) < 1e-5 and leaves["u"].grad is not None
+
+
+def test_softplus_matches_torch_across_the_range():
+    """Within 2 ulp of fp64 where F.softplus is a normal number, within the smallest normal
+    number of it in its underflow, equal infinities; a non-contiguous tensor."""
+    x = torch.cat([torch.linspace(-110, 110, 20001), torch.randn(10000) * 6 - 4,
+                   torch.tensor([0.0, 20.0, 19.999, 20.001, -87.0, -104.0, 1e30, -1e30, float("inf"), float("-inf")])])
+    got, want = cpu.softplus_(x.repeat(2, 1).t())[:, 0], F.softplus(x)
+    normal = (want > torch.finfo(torch.float32).tiny) & want.isfinite()
+    exact = F.softplus(x[normal].double())
+    assert ((got[normal].double() - exact).abs() / exact).max() < 2.5e-7
+    torch.testing.assert_close(got[~normal], want[~normal], rtol=0, atol=torch.finfo(torch.float32).tiny)
+
+
+@pytest.mark.parametrize("n_chunks,length", [(1, 7), (3, 5), (4, 1)])
+def test_scan_runs_the_second_direction_backwards(n_chunks, length):
+    """``scan_`` on two directions against a loop per direction, one chunk and several."""
+    step = (2, 3)
+    decay = torch.rand(2, n_chunks, length, *step)
+    inputs = torch.randn(2, n_chunks, length, *step)
+    states = torch.empty(1 + (n_chunks > 1), *inputs.shape)
+    states[0] = inputs
+    cpu.scan_(states, decay)
+    for direction, order in ((0, range(n_chunks * length)), (1, reversed(range(n_chunks * length)))):
+        x, a = inputs[direction].flatten(0, 1), decay[direction].flatten(0, 1)
+        h, want = torch.zeros(step), torch.empty_like(x)
+        for t in order:
+            h = a[t] * h + x[t]
+            want[t] = h
+        assert torch.allclose(states[0, direction].flatten(0, 1), want, rtol=1e-5, atol=1e-6)

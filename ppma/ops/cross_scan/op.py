@@ -1,14 +1,29 @@
-"""Public :func:`cross_scan` and :func:`cross_merge`: the custom ops ``ppma::cross_scan`` and
-``ppma::cross_merge``, registered below. Pure data movement: no kernel, 0 FLOPs; each one's
-gradient is the other (they are adjoint), which the torch backend gets by ``torch.func.vjp``."""
+"""Public :func:`cross_scan`, :func:`cross_merge` and :func:`cross_selective_scan`: the custom ops
+``ppma::cross_scan``, ``ppma::cross_merge`` and ``ppma::cross_selective_scan``, registered below.
+
+``cross_scan`` / ``cross_merge`` are pure data movement: no kernel, 0 FLOPs; each one's gradient
+is the other (they are adjoint), which the torch backend gets by ``torch.func.vjp``.
+``cross_selective_scan`` is VMamba's SS2D core, the selective scan along the four routes with its
+projections, the routes read from and merged back onto the map inside the op: its ``cpu`` kernel
+(:mod:`.cpu`) scans the map in place of copies of the routes, its ``triton`` kernel runs the
+selective-scan kernels on the routes' sequences; the ``torch`` backend runs the reference with
+the chunked scan (:func:`~ppma.ops.selective_scan.chunked.selective_scan_chunked`), the export
+form the reference with the selective scan's export form.
+"""
 from __future__ import annotations
+
+import functools
 
 import torch
 
-from ..registry import register, select_backend
-from .reference import cross_merge_reference, cross_scan_reference
+from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
-ROUTES = 4
+from ..registry import Impl, Kernel, get_op, register, select_backend
+from ..selective_scan.chunked import selective_scan_chunked
+from ..selective_scan.op import check_float, selective_scan_flops
+from . import cpu
+from .reference import (ROUTES, cross_merge_reference, cross_scan_reference, cross_selective_scan_reference,
+                        route_projections)
 
 
 def _no_flops(x):
@@ -28,6 +43,63 @@ MERGE_OP = register(
     reference=cross_merge_reference,
     fake=lambda y: y.new_empty(y.shape[0], *y.shape[2:]),
     flops=_no_flops,
+)
+
+
+def _load_triton() -> Impl:
+    """The selective-scan kernels between the projections and the routes' permutations; the
+    backward runs the scan's backward kernel and autograd (``torch.func.vjp``) through the rest."""
+    from ppma.kernels.selective_scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
+
+    def forward(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
+        batch, height, width, dim = x.shape
+        xs, dts, bs, cs = route_projections(x, x_proj_weight, dt_projs_weight)
+        y, _, chunk_states = selective_scan_fwd(xs.flatten(1, 2), dts.flatten(1, 2), A, bs, cs, D, None,
+                                                dt_projs_bias.flatten(), True, torch.float32)
+        return cross_merge_reference(y.view(batch, ROUTES, dim, height, width)).permute(0, 2, 3, 1), (chunk_states,)
+
+    def backward(grads, residuals, x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
+        (xs, dts, bs, cs), vjp = torch.func.vjp(route_projections, x, x_proj_weight, dt_projs_weight)
+        grad_y = cross_scan_reference(grads[0].permute(0, 3, 1, 2)).flatten(1, 2)  # the merge's adjoint
+        dxs, ddts, dA, dB, dC, dD, _, dbias = selective_scan_bwd(
+            grad_y, None, residuals[0], xs.flatten(1, 2), dts.flatten(1, 2), A, bs, cs, D, None,
+            dt_projs_bias.flatten(), True)
+        dx, dx_proj, ddt_proj = vjp((dxs.view_as(xs), ddts.view_as(dts), dB, dC))
+        return [g.contiguous() for g in (dx, dx_proj, ddt_proj, dbias.view_as(dt_projs_bias), dA, dD)]
+
+    def residuals_fake(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
+        batch, height, width, dim = x.shape
+        shape = chunk_states_shape((batch, ROUTES * dim, height * width), A.shape[1])
+        return (x.new_empty(shape, dtype=torch.float32),)
+
+    return Impl(forward, backward, cpu.backward_fake, residuals_fake)
+
+
+def _cross_selective_scan_flops(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
+    """The projections' multiply-adds and the selective scan's FLOPs over the four routes."""
+    batch, height, width, dim = x
+    tokens, rows, rank = batch * height * width, x_proj_weight[1], dt_projs_weight[2]
+    scan = selective_scan_flops((batch, ROUTES * dim, height * width), None, A, None, None, D, None, None, True, None)
+    return {"x_proj": tokens * ROUTES * rows * dim, "dt_proj": tokens * ROUTES * rank * dim, **scan}
+
+
+def _cross_selective_scan_export(*args):
+    """The reference with the selective scan's export form."""
+    return cross_selective_scan_reference(*args, scan=get_op("selective_scan").export)
+
+
+SELECTIVE_OP = register(
+    "cross_selective_scan",
+    arguments="Tensor x, Tensor x_proj_weight, Tensor dt_projs_weight, Tensor dt_projs_bias, Tensor A, Tensor D",
+    reference=cross_selective_scan_reference,
+    torch=functools.partial(cross_selective_scan_reference, scan=selective_scan_chunked),
+    export=_cross_selective_scan_export,
+    fake=lambda x, *rest: x.new_empty(x.shape, dtype=torch.float32),
+    flops=_cross_selective_scan_flops,
+    kernels=[
+        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("cpu", cpu.unavailable, cpu.load),
+    ],
 )
 
 
@@ -51,3 +123,49 @@ def cross_merge(y: torch.Tensor, backend: str | None = None) -> torch.Tensor:
     if not isinstance(y, torch.Tensor) or y.dim() != 5 or y.shape[1] != ROUTES:
         raise ValueError(f"y must be a (B, 4, C, H, W) tensor, got {getattr(y, 'shape', type(y).__name__)}")
     return MERGE_OP(y, backend=select_backend("cross_merge", y.device, backend))
+
+
+def cross_selective_scan(
+    x: torch.Tensor,
+    x_proj_weight: torch.Tensor,
+    dt_projs_weight: torch.Tensor,
+    dt_projs_bias: torch.Tensor,
+    A: torch.Tensor,
+    D: torch.Tensor,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """VMamba's SS2D core on a channels-last map: its projections and the selective scan along
+    the four routes, merged back onto the map (the routes are never copied on the CPU).
+
+    Shapes: ``x`` ``(batch, H, W, dim)``; per route ``k``: ``x_proj_weight`` ``(4, R + 2N, dim)``,
+    ``dt_projs_weight`` ``(4, dim, R)``, ``dt_projs_bias`` ``(4, dim)``; ``A`` ``(4 dim, N)``,
+    ``<= 0``; ``D`` ``(4 dim,)``, as VMamba's parameters. Route ``k`` (0: row-major, 1:
+    column-major, 2, 3: those reversed) reads ``x`` along its sequence, projects it to ``dt``
+    (``R``, then ``dim`` channels), ``B``, ``C`` (``N``) and runs :func:`ppma.ops.selective_scan`
+    (``dt = softplus(dt + dt_projs_bias[k])``); the four outputs are put back on the map and
+    summed (:func:`~ppma.ops.cross_scan.reference.cross_selective_scan_reference`). Returns fp32
+    ``(batch, H, W, dim)``; differentiable in every tensor. ``backend``: ``'torch'``, ``'cpu'``,
+    ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto).
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.numel() == 0:
+        got = getattr(x, "shape", type(x).__name__)
+        raise ValueError(f"x must be a non-empty (batch, H, W, dim) tensor, got {got}")
+    check_float("x", x, None, "", x.device)
+    dim = x.shape[3]
+    if not isinstance(A, torch.Tensor) or A.dim() != 2 or A.shape[0] != ROUTES * dim or A.shape[1] == 0:
+        raise ValueError(f"A must have shape (4 dim, N) with dim = {dim}, got {getattr(A, 'shape', A)}")
+    n_state = A.shape[1]
+    rank = dt_projs_weight.shape[-1] if isinstance(dt_projs_weight, torch.Tensor) else 0
+    for name, t, shape, layout in (
+        ("x_proj_weight", x_proj_weight, (ROUTES, rank + 2 * n_state, dim), "(4, R + 2N, dim)"),
+        ("dt_projs_weight", dt_projs_weight, (ROUTES, dim, rank), "(4, dim, R)"),
+        ("dt_projs_bias", dt_projs_bias, (ROUTES, dim), "(4, dim)"),
+        ("A", A, None, ""),
+        ("D", D, (ROUTES * dim,), "(4 dim,)"),
+    ):
+        check_float(name, t, shape, layout, x.device)
+    # Value checks need the data on the host; on CUDA they would stall every call.
+    if A.device.type == "cpu" and not torch.compiler.is_compiling() and (A > 0).any():
+        raise ValueError(f"A must be <= 0 (Mamba's A = -exp(A_log)), max is {A.max().item():.4g}")
+    chosen = select_backend("cross_selective_scan", x.device, backend)
+    return SELECTIVE_OP(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D, backend=chosen)

@@ -1,28 +1,32 @@
-"""CPU kernel of ``selective_scan``: a time-major scan of one in-place op per step, chunked
-when a step is too small to amortize PyTorch's per-op overhead.
+"""CPU kernel of ``selective_scan``, and what it shares with ``cross_selective_scan``'s: the in-place
+scan :func:`scan_` (:func:`steps`, :func:`chunk_length`) and :func:`softplus_`.
 
-All per-step tensors are laid out time-major, ``(n_chunks, T, batch, G, N, dim/G)`` contiguous
-(channels innermost, where the broadcast products vectorize), so that step ``t`` of a chunk is
-one contiguous slab of ``batch * dim * N`` elements and the recurrence ``h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t`` is one
-``addcmul_`` per step, written in place over the inputs ``dt_t B_t u_t`` (no copy per step, no
-stack). With one chunk (``T = L``) that is all; with several (chunks of ``T`` steps, the last
-one padded with steps of decay 1 and input 0):
+:func:`scan_` runs ``h_t = decay_t h_{t-1} + x_t`` over time-major buffers ``(dirs, n_chunks, T,
+*step)`` (channels innermost, where the products vectorize): step ``t`` of every chunk is one
+slab, and one ``addcmul_`` per step scans it in place over the inputs ``x_t = dt_t B_t u_t`` (no
+copy per step, no stack). A second direction (``dirs = 2``) runs backwards in the same ops: its
+step ``t`` is stored at ``T - 1 - t`` of the same chunk, and one strided view (:func:`steps`)
+holds both directions' step, so nothing is flipped. With one chunk (``T = L``) that is all; with
+several (the sequence cut into chunks of ``T`` steps, the last one padded with steps of decay 1
+and input 0, which leave a state unchanged, and a zero state zero, whichever way it runs):
 
-1. every chunk scans from a zero state, all chunks at once: ``T - 1`` steps;
+1. every chunk scans from a zero state, all chunks at once: ``T - 1`` steps, whose ``addcmul_``
+   also carries each chunk's decay products ``P_t`` from its start (stacked under the states);
 2. the chunk-end states are carried across chunks: ``n_chunks - 1`` steps on a copy of them,
-   ``e_c = P_c e_{c-1} + (local end of chunk c)``, ``P_c`` the chunk's decay product;
-3. ``h_t += exp(cum_t) e_{c-1}``, ``cum_t`` the log-decays summed from the chunk start: one pass.
+   ``e_c = P_c e_{c-1} + (local end of chunk c)``, ``P_c`` the chunk's whole decay product;
+3. ``h_t += P_t e_{c-1}``: one pass.
 
-``chunk_length`` picks ``T``: one chunk when a step already holds :data:`STEP_ELEMENTS`
-elements, else enough chunks to fill a step with that many. Every decay factor is ``exp`` of a
-sum of ``dt A <= 0``, as in :mod:`.chunked`. fp32 throughout; memory: the ``(L, batch, dim,
-N)`` states and decays, in per-thread scratch buffers kept between calls
-(:mod:`ppma.ops._scratch`). The backward is the ``torch`` backend's (``torch.func.vjp`` through
-:func:`~.chunked.selective_scan_chunked`): the in-place scan has no autograd formula.
+:func:`chunk_length` picks ``T``: one chunk when a step already holds :data:`STEP_ELEMENTS`
+elements, else chunks of ``ceil(sqrt(L))`` steps. Decays are ``exp(dt A) <= 1``
+(``A <= 0``), products of them never overflow. fp32 throughout; the large temporaries live in
+per-thread scratch buffers kept between calls (:mod:`ppma.ops._scratch`). The backward is the
+``torch`` backend's (``torch.func.vjp`` through :func:`~.chunked.selective_scan_chunked`): the
+in-place scan has no autograd formula.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -31,13 +35,12 @@ from .._custom_op import torch_backward
 from .._scratch import scratch
 from ..registry import Impl
 from .chunked import selective_scan_chunked
-from .reference import discretized_dt
 
-# Elements per scan step below which the sequence is cut into chunks. Measured on 2 x86 threads:
-# at VMamba-T's stage 1 (L = 3136) one chunk beat chunks filling 2^12 to 2^15 per step by 1.5-2x
-# at batch 8 (3072 per step: the extra cumsum / exp / add passes cost more than ~3000 steps of
-# ~3 us), and chunks of 56 to 1046 steps were within noise of one chunk at batch 1 (384 per step).
-STEP_ELEMENTS = 1 << 10
+# Elements per scan step below which the sequence is cut into chunks of ~sqrt(L) steps. Measured
+# (CPU time, 1 thread) on cross_selective_scan at VMamba-T's four stages, batch 1, 2 and 8: steps
+# of 384-1536 elements ran 1.3-2.3x faster in chunks of 16-128 steps than in one chunk (flat
+# across that range), 3072 within +-6% either way, 6144 and more faster in one chunk.
+STEP_ELEMENTS = 1 << 11
 
 
 def unavailable(device: torch.device) -> str | None:
@@ -45,17 +48,82 @@ def unavailable(device: torch.device) -> str | None:
 
 
 def chunk_length(length: int, step_elements: int) -> int:
-    """Steps per chunk ``T`` for a sequence of ``length`` steps of ``step_elements`` each."""
-    n_chunks = min(length, max(1, -(-STEP_ELEMENTS // step_elements)))
-    return -(-length // n_chunks)
+    """Steps per chunk ``T`` for a sequence of ``length`` steps of ``step_elements`` each: all of
+    them from :data:`STEP_ELEMENTS` on, else ``ceil(sqrt(length))``."""
+    return length if step_elements >= STEP_ELEMENTS else math.isqrt(max(length - 1, 0)) + 1
+
+
+def softplus_(x: torch.Tensor) -> torch.Tensor:
+    """``x <- softplus(x)`` in place, ``x`` fp32; within a few ulp of ``F.softplus``.
+
+    ``max(x, log1p(e))`` with ``e = exp(min(x, 20))`` (``log1p(e) >= x`` up to 20, and
+    ``softplus(x) = x`` in fp32 beyond), ``log1p(e) = log(w) + (e - (w - 1)) / w`` for ``w =
+    fl(1 + e)`` (the rounding of ``w`` corrected to first order; ``w - 1`` is exact). ATen's
+    softplus runs a scalar loop on the CPU; these eight vectorized passes take under half its time. They run on the whole tensor: in blocks that stay in the cache they
+    took 30% less time alone, but every pass is a parallel region, and with more threads than free
+    cores (a shared machine) each region may wait a time slice for a thread: VMamba-T then took
+    2x as long.
+    """
+    e, w, r = (scratch(f"softplus.{name}", x.shape) for name in "ewr")
+    torch.clamp(x, max=20, out=e).exp_()
+    torch.add(e, 1, out=w)
+    torch.sub(e, torch.sub(w, 1, out=r), out=r)
+    return torch.maximum(x, torch.log(w, out=e).addcdiv_(r, w), out=x)
+
+
+def steps(t: torch.Tensor, axis: int, dirs_axis: int = 0, indices=None) -> list[torch.Tensor]:
+    """Steps ``indices`` (default: all) of a scan along ``axis`` of ``t``, whose ``dirs_axis``
+    (before ``axis``) holds one direction or two: ``t.select(axis, i)``, or one strided view
+    holding direction 0 at ``i`` and direction 1 at ``size - 1 - i`` (it runs backwards)."""
+    length = t.shape[axis]
+    indices = range(length) if indices is None else indices
+    if t.shape[dirs_axis] == 1:
+        return [t.select(axis, i) for i in indices]
+    size, stride = list(t.shape), list(t.stride())
+    del size[axis]
+    step_stride, dirs_stride = stride.pop(axis), stride[dirs_axis]
+    views = []
+    for i in indices:
+        stride[dirs_axis] = dirs_stride + (length - 1 - 2 * i) * step_stride
+        views.append(t.as_strided(size, stride, t.storage_offset() + i * step_stride))
+    return views
+
+
+def scan_(states: torch.Tensor, decay: torch.Tensor) -> None:
+    """The scan in place (module docstring): ``decay`` ``(dirs, n_chunks, T, *step)``;
+    ``states`` ``(1 + (n_chunks > 1), dirs, n_chunks, T, *step)``: ``states[0]`` holds the
+    inputs and becomes the states, ``states[1]`` (several chunks) is scratch for the decay
+    products. Any strides with the directions outermost in memory (:func:`steps`); direction 1
+    runs backwards, chunks and steps alike."""
+    dirs, n_chunks = decay.shape[:2]
+    h, products = states[0], states[-1]
+    if n_chunks > 1:  # P before the first step is 1: P = decay there, and its "input" is 0 after
+        products.zero_()
+        steps(products, 2, indices=[0])[0].copy_(steps(decay, 2, indices=[0])[0])
+    # the states and the products decay alike
+    state_steps, decay_steps = steps(states, 3, 1), steps(decay.expand(states.shape), 3, 1)
+    for h_t, decay_t, h_before in zip(state_steps[1:], decay_steps[1:], state_steps):  # 1. inside every chunk
+        h_t.addcmul_(decay_t, h_before)
+    if n_chunks == 1:
+        return
+    # chunk ends and decay products of whole chunks, (dirs, n_chunks, *step)
+    last = [h.shape[2] - 1]
+    ends, totals = (steps(t, 2, indices=last)[0].clone(memory_format=torch.contiguous_format) for t in (h, products))
+    end_steps, total_steps = steps(ends, 1), steps(totals, 1)
+    for c in range(1, n_chunks):  # 2. carry across chunks
+        end_steps[c].addcmul_(total_steps[c], end_steps[c - 1])
+    h[0, 1:].addcmul_(products[0, 1:], ends[0, :-1, None])  # 3. add each chunk's start state
+    if dirs == 2:
+        h[1, :-1].addcmul_(products[1, :-1], ends[1, 1:, None])
 
 
 def _time_major(t: torch.Tensor, n_steps: int, slot: str) -> torch.Tensor:
     """``(batch, C, L)`` -> fp32 ``(n_steps, batch, C)`` contiguous in scratch ``slot``, zero after
-    step ``L``: one pass (the transpose and the cast are the copy)."""
-    out = scratch(f"selective_scan.{slot}", (n_steps, t.shape[0], t.shape[1]))
-    out[: t.shape[2]].copy_(t.permute(2, 0, 1))
-    out[t.shape[2]:].zero_()
+    step ``L``: one pass, PyTorch's blocked 2-D transpose (a 3-D permuted copy takes 3-5x as long)."""
+    batch, channels, length = t.shape
+    out = scratch(f"selective_scan.{slot}", (n_steps, batch, channels))
+    out[:length].view(length, -1).copy_(t.reshape(-1, length).t())
+    out[length:].zero_()
     return out
 
 
@@ -72,39 +140,32 @@ def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     lead = (n_chunks, chunk, batch, groups)  # time index = chunk index * T + step
     states = (*lead, n_state, dim // groups)  # channels innermost, where the products vectorize
 
-    dt = _time_major(delta, n_chunks * chunk, "dt")  # (chunks * T, batch, dim), zero in the padding
+    dt = _time_major(delta, n_chunks * chunk, "dt")
     if delta_bias is not None:
         dt[:length] += delta_bias.float()
     if delta_softplus:
-        torch.ops.aten.softplus.out(dt[:length], 1, 20, out=dt[:length])
+        softplus_(dt)
+        dt[length:].zero_()  # decay 1, input 0
     dt = dt.view(*lead, 1, -1)
     b_t, c_t = (_time_major(t.flatten(1, -2), n_chunks * chunk, name).view(*lead, n_state, 1)
                 for t, name in ((B, "B"), (C, "C")))
     x = _time_major(u, n_chunks * chunk, "x").view(*lead, 1, -1)
-    # the inputs, scanned in place into the states
-    h = torch.mul(x.mul_(dt), b_t, out=scratch("selective_scan.h", states))
     a = A.float().view(groups, dim // groups, n_state).transpose(1, 2)
-    log_decay = torch.mul(dt, a, out=scratch("selective_scan.log_decay", states))
-    decay = torch.exp(log_decay, out=scratch("selective_scan.decay", states)) if n_chunks > 1 else log_decay.exp_()
-    for t in range(1, chunk):  # 1. scan inside every chunk
-        h[:, t].addcmul_(decay[:, t], h[:, t - 1])
-    if n_chunks > 1:
-        cum = log_decay.cumsum_(1).exp_()  # decay products from each chunk start
-        ends = h[:, -1].clone()
-        for c in range(1, n_chunks):  # 2. carry across chunks
-            ends[c].addcmul_(cum[c, -1], ends[c - 1])
-        h[1:].addcmul_(cum[1:], ends[:-1, None])  # 3. add each chunk's start state
+    decay = torch.mul(dt, a, out=scratch("selective_scan.decay", states)).exp_()
+    h = scratch("selective_scan.h", (1 + (n_chunks > 1), 1, *states))
+    torch.mul(dt.mul_(x), b_t, out=h[0, 0])  # the inputs dt B u, scanned in place into the states
+    scan_(h.flatten(4), decay[None].flatten(3))
+    h = h[0, 0]
 
     last = h.view(n_chunks * chunk, batch, groups, n_state, -1)[length - 1]
     last = last.transpose(-1, -2).reshape(batch, dim, n_state)  # a copy: h is scratch
     y_t = scratch("selective_scan.y", (*lead, 1, dim // groups))
     torch.matmul(c_t.transpose(-1, -2), h, out=y_t) if n_state > 1 else torch.mul(h, c_t, out=y_t)
-    y_t = y_t.view(-1, batch, dim)[:length].permute(1, 2, 0)
+    y_t = y_t.view(-1, batch, dim)[:length]
+    if D is not None:  # time-major, where y_t and x are contiguous alike
+        y_t.addcmul_(x.view(-1, batch, dim)[:length], D.float())
     y = torch.empty(batch, dim, length, dtype=torch.float32)
-    if D is not None:
-        torch.addcmul(y_t, u.float(), D.float()[:, None], out=y)
-    else:
-        y.copy_(y_t)
+    y.view(-1, length).copy_(y_t.view(length, -1).t())
     if z is not None:
         y.mul_(F.silu(z.float()))
     return y.to(out_dtype or u.dtype), last

@@ -26,7 +26,7 @@ from .reference import selective_scan_reference
 FLOPS_PER_STATE_STEP = 9
 
 
-def _flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
+def selective_scan_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
     batch, dim, length = u
     terms = {"scan": FLOPS_PER_STATE_STEP * batch * dim * A[1] * length}
     if D is not None:
@@ -74,7 +74,7 @@ OP = register(
     torch=selective_scan_chunked,
     export=selective_scan_export,
     fake=_fake,
-    flops=_flops,
+    flops=selective_scan_flops,
     kernels=[
         Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
         Kernel("cpu", cpu.unavailable, cpu.load),
@@ -82,7 +82,7 @@ OP = register(
 )
 
 
-def _check_float(name: str, t, shape: tuple[int, ...] | None, layout: str, device) -> None:
+def check_float(name: str, t, shape: tuple[int, ...] | None, layout: str, device) -> None:
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {getattr(t, 'dtype', type(t).__name__)}")
     if shape is not None and tuple(t.shape) != shape:
@@ -97,25 +97,25 @@ def _check_inputs(u, delta, A, B, C, D, z, delta_bias, out_dtype) -> None:
     if u.numel() == 0:
         raise ValueError(f"u must not be empty, got shape {tuple(u.shape)}")
     batch, dim, length = u.shape
-    _check_float("u", u, None, "", u.device)
-    _check_float("delta", delta, (batch, dim, length), "(batch, dim, L)", u.device)
+    check_float("u", u, None, "", u.device)
+    check_float("delta", delta, (batch, dim, length), "(batch, dim, L)", u.device)
     if not isinstance(A, torch.Tensor) or A.dim() != 2 or A.shape[0] != dim or A.shape[1] == 0:
         raise ValueError(f"A must have shape (dim, N) with dim = {dim}, got {getattr(A, 'shape', A)}")
-    _check_float("A", A, None, "", u.device)
+    check_float("A", A, None, "", u.device)
     n_state = A.shape[1]
     if not isinstance(B, torch.Tensor) or B.dim() not in (3, 4):
         raise ValueError(f"B must have shape (batch, N, L) or (batch, G, N, L), got {getattr(B, 'shape', B)}")
     groups = B.shape[1] if B.dim() == 4 else 1
     bc_shape = (batch, groups, n_state, length) if B.dim() == 4 else (batch, n_state, length)
     bc_layout = "(batch, G, N, L)" if B.dim() == 4 else "(batch, N, L)"
-    _check_float("B", B, bc_shape, bc_layout, u.device)
-    _check_float("C", C, bc_shape, bc_layout + " like B", u.device)
+    check_float("B", B, bc_shape, bc_layout, u.device)
+    check_float("C", C, bc_shape, bc_layout + " like B", u.device)
     if groups == 0 or dim % groups:
         raise ValueError(f"dim = {dim} must be a multiple of the number of B/C groups G = {groups}")
     for name, t, shape, layout in (("D", D, (dim,), "(dim,)"), ("z", z, (batch, dim, length), "(batch, dim, L)"),
                                    ("delta_bias", delta_bias, (dim,), "(dim,)")):
         if t is not None:
-            _check_float(name, t, shape, layout, u.device)
+            check_float(name, t, shape, layout, u.device)
     if not isinstance(out_dtype, torch.dtype) or not out_dtype.is_floating_point:
         raise ValueError(f"out_dtype must be a floating-point dtype, got {out_dtype}")
     # Value checks need the data on the host; on CUDA they would stall every call.
