@@ -67,6 +67,17 @@ def test_selective_scan_export_matches_reference(batch, dim, n_state, length, gr
     assert _rel(y, y_ref) < RTOL and _rel(last, last_ref) < RTOL
 
 
+@pytest.mark.parametrize("height,width,n_state", [(7, 9, 1), (9, 7, 3), (1, 5, 1)])
+def test_cross_selective_scan_export_matches_reference(height, width, n_state):
+    g = torch.Generator().manual_seed(height)
+    dim, rank = 6, 2
+    args = (torch.randn(2, height, width, dim, generator=g), torch.randn(4, rank + 2 * n_state, dim, generator=g) / 3,
+            torch.randn(4, dim, rank, generator=g), torch.randn(4, dim, generator=g) - 2,
+            -torch.rand(4 * dim, n_state, generator=g) * 2, torch.randn(4 * dim, generator=g))
+    op = get_op("cross_selective_scan")
+    assert _rel(op.export(*args), op.reference(*args)) < RTOL
+
+
 def test_cross_scan_export_matches_reference():
     x = torch.randn(1, 3, 7, 9)
     assert torch.equal(get_op("cross_scan").export(x), get_op("cross_scan").reference(x))
