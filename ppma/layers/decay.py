@@ -67,12 +67,13 @@ class DecayGenerator(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t = _at_least_fp32(self.proj(x.unflatten(-1, (self.num_heads, -1))))  # (B, *grid, heads, n)
-        dt_bias, A_log = self.dt_bias.to(t.dtype), self.A_log.to(t.dtype)
-        log_decay = -F.softplus(t + dt_bias[:, None]) * A_log.exp()[:, None]
-        # each axis (B, *grid, heads) -> (B, heads, *grid); unbound first, so that the gradients
-        # stack back into log_decay's own layout (a compiled backward graph failed on a view of
-        # softplus_backward's output when they came permuted)
-        axes = tuple(a.movedim(-1, 1) for a in log_decay.unbind(-1))
+        # (n, B, heads, *grid): the elementwise ops below run along whole grids (not on rows of n),
+        # and each axis' decays come out contiguous
+        t = t.movedim(-1, 0).movedim(-1, 2).contiguous()
+        per_head = (self.num_heads,) + (1,) * (t.dim() - 3)
+        dt_bias, A = self.dt_bias.to(t.dtype).view(per_head), self.A_log.to(t.dtype).exp().view(per_head)
+        log_decay = -F.softplus(t + dt_bias) * A
+        axes = log_decay.unbind(0)
         return axes[:1] * self.num_axes if self.shared else axes
 
     def extra_repr(self) -> str:

@@ -12,7 +12,7 @@ class ConvFFN(nn.Module):
     """``fc2(h + dwconv3x3(h))`` with ``h = gelu(fc1(x))``.
 
     Forward: ``(B, H, W, C)`` (3-D: ``(B, T, H, W, C)``) -> same shape; hidden width
-    ``hidden_dim``.
+    ``hidden_dim``. ``h`` is added into the conv's own output (no third hidden-size tensor).
     """
 
     def __init__(self, dim: int, hidden_dim: int):
@@ -23,4 +23,4 @@ class ConvFFN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.gelu(self.fc1(x))
-        return self.fc2(h + self.dwconv(h))
+        return self.fc2(self.dwconv(h).add_(h))

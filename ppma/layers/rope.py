@@ -32,24 +32,33 @@ class RasterRotaryEmbedding(nn.Module):
         theta = base ** -torch.linspace(0, 1, head_dim // 2)
         self.register_buffer("theta", theta.repeat_interleave(2), persistent=False)
 
-    def sin_cos(self, grid: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(sin, cos)``, each fp32 ``(*grid, head_dim)``."""
+    def rotation(self, grid: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """``cos(p theta_m) + i sin(p theta_m)``, complex64 ``(*grid, head_dim // 2)``."""
         index = torch.arange(math.prod(grid), device=device, dtype=torch.float32)
-        angle = index[:, None] * self.theta.to(device=device, dtype=torch.float32)[None, :]
-        return angle.sin().reshape(*grid, -1), angle.cos().reshape(*grid, -1)
+        angle = index[:, None] * self.theta[::2].to(device=device, dtype=torch.float32)[None, :]
+        return torch.complex(angle.cos(), angle.sin()).reshape(*grid, -1)
 
-    def forward(self, *xs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """Rotate each of ``xs`` (same grid); the angles are computed once for all of them."""
+    def forward(self, *xs: torch.Tensor, inplace: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Rotate each of ``xs`` (same grid); the angles are computed once for all of them.
+
+        ``inplace``: rotate contiguous fp32/fp64 tensors in place and return them (for tensors the
+        caller owns, e.g. a layer's fresh copies of ``q`` and ``k``); other tensors (half, bf16,
+        strided) are rotated into new ones as without it.
+        """
         grid = tuple(xs[0].shape[-1 - self.grid_rank : -1])
-        sin, cos = self.sin_cos(grid, xs[0].device)
-        out = tuple(self._rotate(x, sin, cos) for x in xs)
+        rotation = self.rotation(grid, xs[0].device)
+        out = tuple(self._rotate(x, rotation, inplace) for x in xs)
         return out[0] if len(out) == 1 else out
 
     @staticmethod
-    def _rotate(x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
-        pairs = x.unflatten(-1, (-1, 2))
-        rotated = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
-        return (x * cos + rotated * sin).to(x.dtype)
+    def _rotate(x: torch.Tensor, rotation: torch.Tensor, inplace: bool) -> torch.Tensor:
+        """Channel pairs ``(2m, 2m+1)`` of ``x`` as complex numbers times ``rotation``: one pass
+        over ``x`` (in fp32 for half and bf16, fp64 kept), the result in ``x``'s dtype."""
+        if inplace and x.dtype in (torch.float32, torch.float64) and x.is_contiguous():
+            torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(rotation)
+            return x
+        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2)).contiguous()
+        return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, grid_rank={self.grid_rank}"

@@ -23,21 +23,50 @@ def test_depthwise_conv_is_per_frame_and_channels_last():
     assert torch.equal(scripted(x), y) and torch.equal(scripted(x[:, 0]), conv(x[:, 0])), "seed 0"
 
 
-def test_ffn_formula():
+def _values_and_gradients(module, formula, x):
+    """``module(x)`` and ``formula(x)`` (the plain arithmetic), values and the gradients of ``x``
+    and every parameter under one random output gradient."""
+    x = x.clone().requires_grad_()
+    params = (x, *module.parameters())
+    out, expected = module(x), formula(x)
+    g = torch.randn_like(out)
+    got = (out, *torch.autograd.grad((out * g).sum(), params))
+    return got, (expected, *torch.autograd.grad((expected * g).sum(), params))
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 9, 4), (2, 2, 5, 3, 4)])
+def test_ffn_formula_values_and_gradients(shape):
+    torch.manual_seed(0)
     ffn = ConvFFN(4, 10)
-    x = torch.randn(1, 3, 5, 4)
-    h = F.gelu(ffn.fc1(x))
-    torch.testing.assert_close(ffn(x), ffn.fc2(h + ffn.dwconv(h)))
+
+    def formula(x):
+        h = F.gelu(ffn.fc1(x))
+        return ffn.fc2(h + ffn.dwconv(h))
+
+    for got, want in zip(*_values_and_gradients(ffn, formula, torch.randn(shape))):
+        torch.testing.assert_close(got, want, msg="seed 0")
 
 
-def test_block_formula_with_layer_scale():
+@pytest.mark.parametrize("layerscale", [False, True])
+def test_block_formula_values_and_gradients(layerscale):
+    torch.manual_seed(0)
     mixer = nn.Linear(8, 8)
-    block = MixerBlock(8, mixer, mlp_ratio=2.0, layerscale=True, layerscale_init=0.5).eval()
-    assert block.mlp.fc1.out_features == 16 and torch.equal(block.ls1.gamma, torch.full((8,), 0.5))
-    x = torch.randn(2, 3, 4, 8)
-    x1 = x + block.pos_conv(x)
-    x2 = x1 + 0.5 * mixer(block.norm1(x1))
-    torch.testing.assert_close(block(x), x2 + 0.5 * block.mlp(block.norm2(x2)))
+    block = MixerBlock(8, mixer, mlp_ratio=2.0, layerscale=layerscale, layerscale_init=0.5).eval()
+    assert block.mlp.fc1.out_features == 16
+    if layerscale:
+        assert torch.equal(block.ls1.gamma, torch.full((8,), 0.5))
+
+    def formula(x):
+        x1 = x + block.pos_conv(x)
+        x2 = x1 + block.ls1(mixer(block.norm1(x1)))
+        return x2 + block.ls2(block.mlp(block.norm2(x2)))
+
+    x = torch.randn(1, 7, 9, 8)
+    for got, want in zip(*_values_and_gradients(block, formula, x)):
+        torch.testing.assert_close(got, want, msg="seed 0")
+    before = x.clone()
+    block(x)
+    assert torch.equal(x, before), "the block changed its input"
 
 
 def test_stem_downsample_head_shapes():

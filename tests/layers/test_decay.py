@@ -63,3 +63,22 @@ def test_gradients_reach_every_parameter():
     for name, p in gen.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     assert math.isfinite(gen.A_log.grad.sum().item())
+
+
+@pytest.mark.parametrize("grid,shape", [("2d", (1, 7, 9, 12)), ("3d", (2, 2, 3, 5, 12))])
+def test_values_and_gradients_against_the_formula(grid, shape):
+    torch.manual_seed(0)
+    gen = DecayGenerator(12, 3, grid=grid).double()
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    decays = gen(x)
+    t = gen.proj(x.unflatten(-1, (3, 4)))  # (B, *grid, heads, n)
+    expected = (-F.softplus(t + gen.dt_bias[:, None]) * gen.A_log.exp()[:, None]).movedim(-2, 1).unbind(-1)
+    g = [torch.randn_like(d) for d in decays]
+    params = (x, *gen.parameters())
+    got = torch.autograd.grad(sum((d * gd).sum() for d, gd in zip(decays, g)), params)
+    want = torch.autograd.grad(sum((e * gd).sum() for e, gd in zip(expected, g)), params)
+    for d, e in zip(decays, expected):
+        assert d.is_contiguous()
+        torch.testing.assert_close(d, e, msg="seed 0")
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, msg="seed 0")

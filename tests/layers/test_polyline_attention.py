@@ -194,3 +194,32 @@ def test_linear_kind_through_the_triton_kernel_matches_torch(monkeypatch, grid):
         results[backend] = (out, inp.grad, attn.decay.proj.weight.grad, attn.decay.A_log.grad)
     for got, want in zip(results["triton"], results["torch"]):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
+def test_elu_feature_map_values_and_gradients():
+    import torch.nn.functional as F
+
+    from ppma.layers.polyline_attention import elu_feature_map
+
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(2, 3, 7, 9, 4).flatten() * 4, torch.tensor([0.0, -0.0, -80.0, 80.0, 1e-8, -1e-8])])
+    # elu(x) + 1 written out in fp64 (F.elu(x) + 1 rounds to 0 at x = -80, even in fp64)
+    exact = torch.where(x > 0, x.double() + 1.0, x.double().exp())
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12)):
+        xd = x.to(dtype).requires_grad_()
+        out, expected = elu_feature_map(xd), F.elu(xd) + 1.0
+        torch.testing.assert_close(out.double(), exact, rtol=tol, atol=0, msg=f"seed 0, {dtype}")
+        torch.testing.assert_close(out, expected, rtol=tol, atol=tol, msg=f"seed 0, {dtype}")
+        assert (out > 0).all()
+        g = torch.randn_like(out)
+        got, want = (torch.autograd.grad((y * g).sum(), xd)[0] for y in (out, expected))
+        torch.testing.assert_close(got, want, rtol=tol, atol=0, msg=f"seed 0, {dtype}")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_input_gradients_gradcheck(kind):
+    # the layer rotates its copies of q and k in place and adds into lepe's output: autograd through those
+    torch.manual_seed(0)
+    attn = make(kind, dim=8, heads=2)
+    x = rand_x((3, 5), dim=8, batch=1).requires_grad_()
+    assert torch.autograd.gradcheck(attn, (x,)), "seed 0"
