@@ -42,7 +42,10 @@ def _argument(value):
 
 
 def _elementwise_flops(inputs, outputs) -> int:
-    return math.prod(outputs[0].type().sizes())
+    """One FLOP per output element; a complex multiply (the rotary embeddings') counts as the
+    real arithmetic it stands for, ``x cos - y sin`` and ``x sin + y cos``: 6."""
+    out = outputs[0].type()
+    return math.prod(out.sizes()) * (6 if out.scalarType().startswith("Complex") else 1)
 
 
 def _op_handle(name: str, formula):
