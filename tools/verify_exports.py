@@ -3,11 +3,12 @@ ONNX Runtime against eager PyTorch, through ``tools/export.py`` (``export_one(..
 the example size, batch 1 at the odd size 97x131, and batch + 1 at H + 32 x W + 16).
 
     python tools/verify_exports.py --output DIR [--models NAME ...] [--families ppma vim ...]
-                                   [--img-size H W] [--keep]
+                                   [--img-size H W] [--no-optimize] [--keep]
 
 One JSON line per export is appended to ``DIR/results.jsonl`` (``model``, ``features``,
 ``seconds``, ``errors`` per shape, ``max_error``, ``ok``, or ``error``: the exception); a model
-already in it is skipped, so an interrupted run resumes. ``--keep`` keeps the ``.onnx`` files
+already in it is skipped, so an interrupted run resumes. ``--no-optimize``: skip the ONNX
+exporter's graph optimizer (about half of an export's time). ``--keep`` keeps the ``.onnx`` files
 (``DIR/NAME[_features].onnx``; ``tools/benchmark.py --onnx-dir DIR`` reuses them). Exit status 1
 when an export fails or a max relative error is above ``tools/export.py``'s tolerance (1e-4).
 Exports take minutes per preset on 2 cores: run it in the background (``nice``).
@@ -41,12 +42,13 @@ def done(results: Path) -> set[tuple[str, bool]]:
     return {(r["model"], r["features"]) for r in map(json.loads, results.read_text().splitlines()) if r}
 
 
-def verify(export, name: str, features: bool, out_dir: Path, img_size=None, keep=False) -> dict:
+def verify(export, name: str, features: bool, out_dir: Path, img_size=None, keep=False, optimize=True) -> dict:
     """Export ``name`` and verify it; the result record (see the module docstring)."""
     path = out_dir / f"{name}{'_features' if features else ''}.onnx"
     record = {"model": name, "features": features}
     try:
-        report = export.export_one(name, path, "onnx", features=features, img_size=img_size, verify=True)
+        report = export.export_one(name, path, "onnx", features=features, img_size=img_size, verify=True,
+                                   optimize=optimize)
     except Exception as err:  # noqa: BLE001 -- recorded, the run goes on with the next preset
         traceback.print_exc()
         return {**record, "ok": False, "error": f"{type(err).__name__}: {err}"}
@@ -65,6 +67,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", help="presets (default: every preset of --families)")
     parser.add_argument("--families", nargs="+", help="family names (default: all)")
     parser.add_argument("--img-size", type=int, nargs=2, metavar=("H", "W"), help="example size")
+    parser.add_argument("--no-optimize", dest="optimize", action="store_false",
+                        help="skip the ONNX exporter's graph optimizer (faster export)")
     parser.add_argument("--keep", action="store_true", help="keep the .onnx files")
     args = parser.parse_args(argv)
     import export  # tools/export.py, beside this script (one export code path for every tool)
@@ -78,7 +82,7 @@ def main(argv=None) -> int:
         for features in (False, True):
             if (name, features) in finished:
                 continue
-            record = verify(export, name, features, out_dir, args.img_size, args.keep)
+            record = verify(export, name, features, out_dir, args.img_size, args.keep, args.optimize)
             with results.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             print(json.dumps(record), flush=True)
