@@ -56,9 +56,9 @@ from .chunked import _chunks, _with_ones, polyline_linear_attention_chunked
 WHOLE_LINE = 16
 # Longer lines: blocks of at most this many tokens.
 BLOCK = 8
-# Elements of one buffer (fp32: 16 MB). On 2 threads, 2^22 ran PPMA-linear-T's stage 1 and 2 at 224 bs8
-# 1.3-1.6x and at 1024 bs1 1.5x faster than 2^20 (fewer, longer matmuls); 2^23 and up were slower.
-CHUNK_ELEMENTS = 1 << 22
+# Elements of one buffer (fp32: 4 MB). On 2 threads PPMA-linear-T's stage 1 ran 1.4-1.8x slower at 224 bs8
+# and 1.1-1.3x at 1024 bs1 with 2^19 or 2^21-2^23 (the op alone at the stage's shape, interleaved medians).
+CHUNK_ELEMENTS = 1 << 20
 # One pass over a buffer costs about as much as this many multiply-adds per element (in cache).
 PASS_COST = 10
 
