@@ -1,12 +1,14 @@
 """CPU profile of timm presets: time per ``ppma.ops`` backend, top ops, time per layer type, peak RSS.
 
     python tools/profile_models.py ppma_tiny vmamba_tiny [--size 224 224] [--batch-size 8]
-        [--features] [--threads 2] [--backends torch cpu] [--repeats 5] [--top 12] [--rss]
+        [--features] [--threads 2] [--backends torch auto] [--repeats 5] [--top 12] [--rss] [--compare]
 
 Per model, in one process: inference (``torch.inference_mode``) on random inputs, the backends of
 ``--backends`` (``PPMA_BACKEND``: ``torch``, the plain reference of every op, or ``auto``, the CPU
 kernels where an op has one) interleaved ``--repeats`` times after one warm-up each; prints
-each backend's median seconds and its ratio to the first backend's. Then, on the last backend,
+each backend's median seconds and its ratio to the first backend's. ``--compare``: the models
+timed against each other instead, all built first and every (model, backend) run interleaved,
+ratios to the first model's first backend (no profile). Else, per model, on the last backend,
 one run under ``torch.profiler`` (the ``--top`` ops by self CPU time) and one with forward hooks
 (inclusive seconds per module class, summed over the modules of that class that are not inside
 another module of the same class). ``--rss``: instead, the peak resident set size increase of one
@@ -43,14 +45,16 @@ def run_once(model, x, backend: str) -> float:
     return time.perf_counter() - start
 
 
-def interleaved_medians(model, x, backends, repeats) -> dict[str, float]:
-    for backend in backends:
-        run_once(model, x, backend)
+def interleaved_medians(cases: dict, repeats: int) -> dict:
+    """Median seconds of each ``(model, x, backend)`` of ``cases`` (key -> case): one warm-up each,
+    then ``repeats`` rounds that run every case once."""
+    for case in cases.values():
+        run_once(*case)
     times = collections.defaultdict(list)
     for _ in range(repeats):
-        for backend in backends:
-            times[backend].append(run_once(model, x, backend))
-    return {b: statistics.median(t) for b, t in times.items()}
+        for key, case in cases.items():
+            times[key].append(run_once(*case))
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 def top_ops(model, x, backend, top) -> str:
@@ -112,6 +116,8 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--top", type=int, default=12, help="ops listed by the profiler (0: none)")
     parser.add_argument("--rss", action="store_true", help="peak RSS increase per backend instead")
+    parser.add_argument("--compare", action="store_true",
+                        help="time the models against each other (interleaved), no profile")
     parser.add_argument("--rss-child", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.batch_size < 1 or args.threads < 1:
@@ -128,6 +134,12 @@ def main(argv=None) -> None:
         print(f"{peak_rss_increase(args, *args.rss_child):.3f}")
         return
     shape = f"{args.batch_size}x3x{args.size[0]}x{args.size[1]}{' features' if args.features else ''}"
+    if args.compare and not args.rss:
+        x = torch.randn(args.batch_size, 3, *args.size)
+        models = {name: build(name, args.features) for name in args.models}
+        cases = {(name, b): (models[name], x, b) for name in args.models for b in args.backends}
+        print_medians(interleaved_medians(cases, args.repeats), shape, args.repeats)
+        return
     for name in args.models:
         if args.rss:
             for backend in args.backends:
@@ -136,16 +148,21 @@ def main(argv=None) -> None:
                 print(f"{name} {shape} {backend}: peak RSS +{gb} GB")
             continue
         model, x = build(name, args.features), torch.randn(args.batch_size, 3, *args.size)
-        medians = interleaved_medians(model, x, args.backends, args.repeats)
-        first = medians[args.backends[0]]
-        for backend, seconds in medians.items():
-            print(f"{name} {shape} {backend}: {seconds:.3f} s median of {args.repeats} ({seconds / first:.2f}x)")
+        print_medians(interleaved_medians({(name, b): (model, x, b) for b in args.backends}, args.repeats),
+                      shape, args.repeats)
         backend = args.backends[-1]
         if args.top:
             print(top_ops(model, x, backend, args.top))
         print(f"{name} {backend}: seconds per layer type (inclusive)")
         for layer, seconds in list(layer_times(model, x, backend).items())[: max(args.top, 8)]:
             print(f"  {layer:<32} {seconds:.3f}")
+
+
+def print_medians(medians: dict, shape: str, repeats: int) -> None:
+    """One line per ``(model, backend)``: its median and its ratio to the first one's."""
+    first = next(iter(medians.values()))
+    for (name, backend), seconds in medians.items():
+        print(f"{name} {shape} {backend}: {seconds:.3f} s median of {repeats} ({seconds / first:.2f}x)")
 
 
 def argv_of(args) -> list[str]:
