@@ -23,6 +23,12 @@ import torch
 APPENDED_ARGUMENTS = ("backend", "keep_residuals")
 
 
+def contiguous_like(*tensors) -> list:
+    """Fake gradients (a ``backward_fake``'s result): contiguous empty tensors shaped and typed like
+    ``tensors``, the ``None`` ones skipped."""
+    return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors if t is not None]
+
+
 @functools.cache
 def tensor_positions(name: str, arguments: str) -> tuple[int, ...]:
     """Positions of the ``Tensor`` / ``Tensor?`` arguments in ``arguments``."""

@@ -25,7 +25,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from .._custom_op import torch_backward
+from .._custom_op import contiguous_like, torch_backward
 from .._scratch import scratch
 from ..registry import Impl
 from ..selective_scan.cpu import chunk_length, scan_, softplus_, unavailable  # noqa: F401  (read by op.py)
@@ -105,8 +105,7 @@ def cross_selective_scan_cpu(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A
 
 def backward_fake(grads, residuals, x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
     """Contiguous gradients shaped and typed like the inputs."""
-    return [torch.empty_like(t, memory_format=torch.contiguous_format)
-            for t in (x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D)]
+    return contiguous_like(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D)
 
 
 def load() -> Impl:

@@ -30,6 +30,7 @@ import torch
 
 from .._scratch import scratch
 from ..polyline_mask.reference import log_mask_1d
+from .._custom_op import contiguous_like
 from ..registry import Impl
 from .reference import polyline_attention_reference
 
@@ -339,7 +340,6 @@ def load() -> Impl:
         return list(vjp(grads[0]))
 
     def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        return [torch.empty_like(t, memory_format=torch.contiguous_format)
-                for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+        return contiguous_like(q, k, v, log_alpha, log_beta, log_gamma)
 
     return Impl(forward, backward, backward_fake)

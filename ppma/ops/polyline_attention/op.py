@@ -13,6 +13,7 @@ from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable
 
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
+from .._custom_op import contiguous_like
 from ..registry import Impl, Kernel, register, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
@@ -82,8 +83,7 @@ def _load_triton() -> Impl:
         return tuple(q.new_empty(shape, dtype=torch.float32) for shape in shapes)
 
     def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        return [torch.empty_like(t, memory_format=torch.contiguous_format)
-                for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
+        return contiguous_like(q, k, v, log_alpha, log_beta, log_gamma)
 
     return Impl(forward, backward, backward_fake, residuals_fake, saves_outputs=True)
 

@@ -31,7 +31,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .._custom_op import torch_backward
+from .._custom_op import contiguous_like, torch_backward
 from .._scratch import scratch
 from ..registry import Impl
 from .chunked import selective_scan_chunked
@@ -182,7 +182,6 @@ def load() -> Impl:
         return selective_scan_cpu(*args), ()
 
     def backward_fake(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
-        return [torch.empty_like(t, memory_format=torch.contiguous_format)
-                for t in (u, delta, A, B, C, D, z, delta_bias) if t is not None]
+        return contiguous_like(u, delta, A, B, C, D, z, delta_bias)
 
     return Impl(forward, backward, backward_fake)

@@ -15,6 +15,7 @@ import torch
 
 from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
+from .._custom_op import contiguous_like
 from ..registry import Impl, Kernel, register, select_backend
 from . import cpu
 from .chunked import selective_scan_chunked
@@ -57,8 +58,7 @@ def _load_triton() -> Impl:
 
     def backward_fake(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
         """Contiguous gradients shaped and typed like the present inputs."""
-        return [torch.empty_like(t, memory_format=torch.contiguous_format)
-                for t in (u, delta, A, B, C, D, z, delta_bias) if t is not None]
+        return contiguous_like(u, delta, A, B, C, D, z, delta_bias)
 
     return Impl(forward, backward, backward_fake, residuals_fake)
 
