@@ -67,7 +67,7 @@ def test_selective_scan_export_matches_reference(batch, dim, n_state, length, gr
     assert _rel(y, y_ref) < RTOL and _rel(last, last_ref) < RTOL
 
 
-@pytest.mark.parametrize("height,width,n_state", [(7, 9, 1), (9, 7, 3), (1, 5, 1)])
+@pytest.mark.parametrize("height,width,n_state", [(7, 9, 1), (9, 7, 3), (1, 5, 1), (6, 37, 2)])
 def test_cross_selective_scan_export_matches_reference(height, width, n_state):
     g = torch.Generator().manual_seed(height)
     dim, rank = 6, 2
@@ -112,5 +112,5 @@ def test_every_op_has_an_export_form_without_python_loops_over_tokens():
     """The forms that loop over tokens (the references of the scans, the chunked torch forms) are
     never the export form."""
     for name, op in registered_ops().items():
-        if name in ("polyline_scan", "polyline_linear_attention", "selective_scan"):
+        if name in ("polyline_scan", "polyline_linear_attention", "selective_scan", "cross_selective_scan"):
             assert op.export.__module__.endswith(".export"), name

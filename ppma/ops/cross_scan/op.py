@@ -7,8 +7,8 @@ is the other (they are adjoint), which the torch backend gets by ``torch.func.vj
 projections, the routes read from and merged back onto the map inside the op: its ``cpu`` kernel
 (:mod:`.cpu`) scans the map in place of copies of the routes, its ``triton`` kernel runs the
 selective-scan kernels on the routes' sequences; the ``torch`` backend runs the reference with
-the chunked scan (:func:`~ppma.ops.selective_scan.chunked.selective_scan_chunked`), the export
-form the reference with the selective scan's export form.
+the chunked scan (:func:`~ppma.ops.selective_scan.chunked.selective_scan_chunked`), its export
+form (:mod:`.export`) lays the routes out time-major once and runs the selective scan's export form.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ import torch
 
 from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
-from ..registry import Impl, Kernel, get_op, register, select_backend
+from ..registry import Impl, Kernel, register, select_backend
 from ..selective_scan.chunked import selective_scan_chunked
 from ..selective_scan.op import check_float, selective_scan_flops
 from . import cpu
+from .export import cross_selective_scan_export
 from .reference import (ROUTES, cross_merge_reference, cross_scan_reference, cross_selective_scan_reference,
                         route_projections)
 
@@ -83,17 +84,12 @@ def _cross_selective_scan_flops(x, x_proj_weight, dt_projs_weight, dt_projs_bias
     return {"x_proj": tokens * ROUTES * rows * dim, "dt_proj": tokens * ROUTES * rank * dim, **scan}
 
 
-def _cross_selective_scan_export(*args):
-    """The reference with the selective scan's export form."""
-    return cross_selective_scan_reference(*args, scan=get_op("selective_scan").export)
-
-
 SELECTIVE_OP = register(
     "cross_selective_scan",
     arguments="Tensor x, Tensor x_proj_weight, Tensor dt_projs_weight, Tensor dt_projs_bias, Tensor A, Tensor D",
     reference=cross_selective_scan_reference,
     torch=functools.partial(cross_selective_scan_reference, scan=selective_scan_chunked),
-    export=_cross_selective_scan_export,
+    export=cross_selective_scan_export,
     fake=lambda x, *rest: x.new_empty(x.shape, dtype=torch.float32),
     flops=_cross_selective_scan_flops,
     kernels=[

@@ -10,7 +10,9 @@ and contracts the chunk's states with ``C``: the exact sequential arithmetic of 
 loop. The graph does not grow with ``L``, and ``L`` stays symbolic.
 
 Layout: time-major, channels innermost (``(T, batch, G, N, dim / G)`` states), as the ``cpu``
-kernel; only the ``(batch, dim, L)`` inputs and B/C are transposed, before the loop. (Measured in
+kernel: :func:`scan_time_major` is the loop on inputs already in it (``cross_selective_scan``'s
+export form lays its routes out so), :func:`selective_scan_export` transposes the ``(batch, dim,
+L)`` inputs and B/C into it before the loop. (Measured in
 ONNX Runtime 1.32 on the CPU, one thread: at VMamba-T's and Vim-T's shapes this form takes
 0.5-1.1x the ``cpu`` kernel's time; transposing inside the body, or broadcasting the states
 before the loop, was 1.2-2x slower.) The time axis is padded to whole chunks with steps of
@@ -34,14 +36,32 @@ CHUNK = 16
 def _chunk(a: torch.Tensor, h: torch.Tensor, chunk: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """Scan one chunk of ``T`` steps from the state ``h`` ``(1, batch, G, N, dim / G)``: ``a = A``
     ``(G, N, dim / G)``; ``dt``, ``u`` ``(T, batch, G, 1, dim / G)``; B, C ``(T, batch, G, N, 1)``.
-    Returns the state after the chunk (carried) and ``y`` ``(T, batch, G, dim / G)``."""
+    Returns the state after the chunk (carried) and ``y`` ``(T, batch, G, 1, dim / G)``."""
     dt, u, b, c = chunk
     decays, inputs = (dt * a).exp(), dt * u * b
     states = []
     for decay, x in zip(decays.split(1), inputs.split(1)):  # steps keep their axis: no squeeze nodes
-        h = torch.addcmul(x, decay, h)
+        h = x + decay * h  # not addcmul: its ONNX form multiplies by its scale too
         states.append(h)
-    return h, (torch.cat(states) * c).sum(-2)
+    y = torch.cat(states) * c
+    return h, y.sum(-2, keepdim=True) if y.shape[-2] > 1 else y  # a sum over one state is slow in ONNX Runtime
+
+
+def scan_time_major(dt: torch.Tensor, u: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                    a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scan on time-major fp32 inputs: ``dt``, ``u`` ``(L, batch, G, 1, dim / G)``; ``b``,
+    ``c`` ``(L, batch, G, N, 1)``; ``a = A`` ``(G, N, dim / G)``. Returns ``y = C . h``
+    ``(L, batch, G, dim / G)`` and the last state ``(batch, G, N, dim / G)``."""
+    length = dt.shape[0]
+    pad = 2 * CHUNK - length % CHUNK
+    chunks = (length + pad) // CHUNK
+
+    def chunked(t):  # (L, ...) -> (chunks, T, ...), zero in the padding
+        return F.pad(t, (0, 0) * (t.dim() - 1) + (0, pad)).unflatten(0, (chunks, CHUNK))
+
+    state = dt.new_zeros(1, *dt.shape[1:3], b.shape[3], dt.shape[4])
+    last, y = scan(functools.partial(_chunk, a), state, [chunked(t) for t in (dt, u, b, c)])
+    return y.flatten(0, 1).narrow(0, 0, length).squeeze(3), last[0]
 
 
 def selective_scan_export(
@@ -61,22 +81,18 @@ def selective_scan_export(
     batch, dim, length = u.shape
     n_state = A.shape[1]
     groups = B.shape[1] if B.dim() == 4 else 1
-    pad = 2 * CHUNK - length % CHUNK
-    chunks = (length + pad) // CHUNK
 
-    def chunked(t, *shape):  # (batch, ..., L) -> fp32 (chunks, T, batch, *shape), zero in the padding
-        t = F.pad(t.float(), (0, pad)).view(batch, *shape, length + pad).movedim(-1, 0)
-        return t.unflatten(0, (chunks, CHUNK))
+    def time_major(t, *shape):  # (batch, ..., L) -> fp32 (L, batch, *shape)
+        return t.float().view(batch, *shape, length).movedim(-1, 0)
 
     x = u.float()
     per_channel, per_group = (groups, 1, dim // groups), (groups, n_state, 1)
-    xs = [chunked(discretized_dt(delta, delta_bias, delta_softplus), *per_channel), chunked(x, *per_channel),
-          chunked(B, *per_group), chunked(C, *per_group)]
     a = A.float().view(groups, -1, n_state).transpose(1, 2)  # (G, N, dim / G)
-    last, y = scan(functools.partial(_chunk, a), x.new_zeros(1, batch, groups, n_state, dim // groups), xs)
-    y = y.flatten(0, 1).narrow(0, 0, length).flatten(2).permute(1, 2, 0)  # (batch, dim, L)
+    y, last = scan_time_major(time_major(discretized_dt(delta, delta_bias, delta_softplus), *per_channel),
+                              time_major(x, *per_channel), time_major(B, *per_group), time_major(C, *per_group), a)
+    y = y.flatten(2).permute(1, 2, 0)  # (batch, dim, L)
     if D is not None:
         y = y + D.float()[:, None] * x
     if z is not None:
         y = y * F.silu(z.float())
-    return y.to(out_dtype or u.dtype), last[0].transpose(2, 3).reshape(batch, dim, n_state)
+    return y.to(out_dtype or u.dtype), last.transpose(2, 3).reshape(batch, dim, n_state)
