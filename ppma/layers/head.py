@@ -36,7 +36,7 @@ class ProjectionHead(nn.Module):
 
     def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         grid = x.shape[1:-1]
-        x = self.fc1(x).flatten(1, -2).transpose(1, 2)  # (B, hidden, N)
+        x = self.fc1(x.flatten(1, -2)).transpose(1, 2)  # (B, hidden, N); tokens first: one product
         x = F.silu(self.norm(x))
         if self.global_pool == "avg":
             x = x.mean(-1)
