@@ -24,11 +24,13 @@ pyramid) is not exported: see docs/deploy.md.
 ``--verify`` runs the file (ONNX Runtime, or ``torch.export.load``) at the example size and at
 two others (batch 1 at 97x131, and batch + 1 at H + 32 x W + 16), prints the max relative error
 of every output against eager PyTorch and exits 1 above 1e-4. Several ``--model`` names export
-each into the ``--output`` folder (``NAME[_features].onnx|.pt2``) and print one line per model.
+each into the ``--output`` folder (``NAME[_features].onnx|.pt2``) and print one line per model;
+so does one name when ``--output`` is an existing folder or ends in ``/``.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -181,7 +183,8 @@ def parse_args(argv=None):
     parser.add_argument("--checkpoint", help="weights (official, converted or tools/train.py's)")
     parser.add_argument("--features", action="store_true", help="export the features_only backbone")
     parser.add_argument("--format", choices=["onnx", "pt2"], required=True)
-    parser.add_argument("--output", required=True, help="output file (a folder with several --model)")
+    parser.add_argument("--output", required=True,
+                        help="output file, or a folder (existing, ending in /, or with several --model)")
     parser.add_argument("--img-size", type=int, nargs=2, metavar=("H", "W"), help="example input size")
     parser.add_argument("--batch-size", type=int, default=2, help="example batch size (>= 2)")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (>= {MIN_OPSET})")
@@ -196,13 +199,21 @@ def parse_args(argv=None):
     return args
 
 
+def output_path(output: str, name: str, fmt: str, features: bool = False, several: bool = False) -> Path:
+    """The file to write ``name`` (a preset, or a config's path) to: ``output`` itself, or
+    ``output/NAME[_features].FORMAT`` when ``output`` is a folder: an existing one, a path ending in
+    ``/``, or any path when exporting ``several`` models."""
+    path = Path(output)
+    if several or path.is_dir() or output.endswith(("/", os.sep)):
+        return path / f"{Path(name).stem}{'_features' if features else ''}.{fmt}"
+    return path
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     failed = False
     for name in args.model or [args.config]:
-        output = Path(args.output)
-        if args.model and len(args.model) > 1:
-            output = output / f"{name}{'_features' if args.features else ''}.{args.format}"
+        output = output_path(args.output, name, args.format, args.features, bool(args.model) and len(args.model) > 1)
         try:
             report = export_one(name, output, args.format, args.checkpoint, args.features, args.img_size,
                                 args.batch_size, args.opset, args.verify, config=args.config,

@@ -111,3 +111,14 @@ def test_position_embedding_exported_at_its_own_grid_stays_dynamic(position, tmp
     run = export.runner("pt2", path)
     for shape in [(2, 3, 48, 48), (1, 3, 40, 56), (3, 3, 72, 48)]:
         assert export.max_relative_error(stem, run, shape) < 1e-5, shape
+
+
+def test_output_path_is_a_file_or_a_file_in_a_folder(tmp_path):
+    """One model into an existing folder (or a path ending in /) lands in it as NAME.FORMAT, as
+    several models do; any other path is the file itself."""
+    assert export.output_path(str(tmp_path / "m.onnx"), "test_vim", "onnx") == tmp_path / "m.onnx"
+    assert export.output_path(str(tmp_path), "test_vim", "onnx") == tmp_path / "test_vim.onnx"
+    assert export.output_path(f"{tmp_path}/new/", "test_vim", "pt2", features=True) == tmp_path / "new" / "test_vim_features.pt2"
+    assert export.output_path(str(tmp_path / "new"), "test_vim", "onnx", several=True) == tmp_path / "new" / "test_vim.onnx"
+    config = "mm_configs/mask_rcnn/mask_rcnn_ppma_tiny_fpn_1x_coco.py"
+    assert export.output_path(str(tmp_path), config, "onnx") == tmp_path / "mask_rcnn_ppma_tiny_fpn_1x_coco.onnx"
