@@ -104,7 +104,7 @@ def cross_selective_scan_cpu(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A
 
 
 def backward_fake(grads, residuals, x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
-    """Contiguous gradients shaped and typed like the inputs."""
+    """Contiguous gradients shaped and typed like the inputs (every backend's)."""
     return contiguous_like(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D)
 
 

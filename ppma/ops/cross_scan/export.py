@@ -64,6 +64,6 @@ def cross_selective_scan_export(x, x_proj_weight, dt_projs_weight, dt_projs_bias
     u = _routes(rows, cols, rows, cols)  # (L, batch, 4, dim)
     a = A.float().view(ROUTES, dim, n_state).transpose(1, 2)  # (4, N, dim)
     y, _ = scan_time_major(dt.unflatten(-1, (ROUTES, 1, dim)), u[:, :, :, None], bs[..., None], cs[..., None], a)
-    rows = (y[:, :, 0] + y[:, :, 2].flip(0)).unflatten(0, (height, width)).permute(2, 0, 1, 3)
-    cols = (y[:, :, 1] + y[:, :, 3].flip(0)).unflatten(0, (width, height)).permute(2, 1, 0, 3)
-    return rows + cols + x * D.float().view(ROUTES, dim).sum(0)
+    from_rows = (y[:, :, 0] + y[:, :, 2].flip(0)).unflatten(0, (height, width)).permute(2, 0, 1, 3)  # routes 0, 2
+    from_cols = (y[:, :, 1] + y[:, :, 3].flip(0)).unflatten(0, (width, height)).permute(2, 1, 0, 3)  # routes 1, 3
+    return from_rows + from_cols + x * D.float().view(ROUTES, dim).sum(0)

@@ -28,9 +28,9 @@ import math
 
 import torch
 
+from .._custom_op import contiguous_like
 from .._scratch import scratch
 from ..polyline_mask.reference import log_mask_1d
-from .._custom_op import contiguous_like
 from ..registry import Impl
 from .reference import polyline_attention_reference
 
@@ -317,6 +317,11 @@ def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, chunk_el
     return out.reshape(shape)
 
 
+def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
+    """Contiguous gradients shaped and typed like the present inputs (every backend's)."""
+    return contiguous_like(q, k, v, log_alpha, log_beta, log_gamma)
+
+
 def load() -> Impl:
     """The CPU :class:`~ppma.ops.registry.Impl`; it keeps no residuals (the backward recomputes).
     Under autocast the forward multiplies in autocast's dtype (as the reference) and the vanilla
@@ -338,8 +343,5 @@ def load() -> Impl:
 
         _, vjp = torch.func.vjp(reference, *tensors)
         return list(vjp(grads[0]))
-
-    def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        return contiguous_like(q, k, v, log_alpha, log_beta, log_gamma)
 
     return Impl(forward, backward, backward_fake)

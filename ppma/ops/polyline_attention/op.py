@@ -13,7 +13,6 @@ from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable
 
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
-from .._custom_op import contiguous_like
 from ..registry import Impl, Kernel, register, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
@@ -82,10 +81,7 @@ def _load_triton() -> Impl:
         shapes = residual_shapes(q.shape, v.shape[-1], form)
         return tuple(q.new_empty(shape, dtype=torch.float32) for shape in shapes)
 
-    def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        return contiguous_like(q, k, v, log_alpha, log_beta, log_gamma)
-
-    return Impl(forward, backward, backward_fake, residuals_fake, saves_outputs=True)
+    return Impl(forward, backward, cpu.backward_fake, residuals_fake, saves_outputs=True)
 
 
 OP = register(

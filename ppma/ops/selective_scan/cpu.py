@@ -171,6 +171,11 @@ def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     return y.to(out_dtype or u.dtype), last
 
 
+def backward_fake(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
+    """Contiguous gradients shaped and typed like the present inputs (every backend's)."""
+    return contiguous_like(u, delta, A, B, C, D, z, delta_bias)
+
+
 def load() -> Impl:
     """The CPU :class:`~ppma.ops.registry.Impl`: the in-place scan forward, no residuals; the
     backward recomputes the forward differentiably (the ``torch`` backend's gradient)."""
@@ -180,8 +185,5 @@ def load() -> Impl:
 
     def forward(*args):
         return selective_scan_cpu(*args), ()
-
-    def backward_fake(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
-        return contiguous_like(u, delta, A, B, C, D, z, delta_bias)
 
     return Impl(forward, backward, backward_fake)

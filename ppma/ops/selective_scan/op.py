@@ -15,7 +15,6 @@ import torch
 
 from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
 
-from .._custom_op import contiguous_like
 from ..registry import Impl, Kernel, register, select_backend
 from . import cpu
 from .chunked import selective_scan_chunked
@@ -56,11 +55,7 @@ def _load_triton() -> Impl:
     def residuals_fake(u, delta, A, *rest):
         return (u.new_empty(chunk_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
 
-    def backward_fake(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
-        """Contiguous gradients shaped and typed like the present inputs."""
-        return contiguous_like(u, delta, A, B, C, D, z, delta_bias)
-
-    return Impl(forward, backward, backward_fake, residuals_fake)
+    return Impl(forward, backward, cpu.backward_fake, residuals_fake)
 
 
 OP = register(
