@@ -50,14 +50,14 @@ MERGE_OP = register(
 def _load_triton() -> Impl:
     """The selective-scan kernels between the projections and the routes' permutations; the
     backward runs the scan's backward kernel and autograd (``torch.func.vjp``) through the rest."""
-    from ppma.kernels.selective_scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
+    from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd, tile_states_shape
 
     def forward(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
         batch, height, width, dim = x.shape
         xs, dts, bs, cs = route_projections(x, x_proj_weight, dt_projs_weight)
-        y, _, chunk_states = selective_scan_fwd(xs.flatten(1, 2), dts.flatten(1, 2), A, bs, cs, D, None,
+        y, _, tile_states = selective_scan_fwd(xs.flatten(1, 2), dts.flatten(1, 2), A, bs, cs, D, None,
                                                 dt_projs_bias.flatten(), True, torch.float32)
-        return cross_merge_reference(y.view(batch, ROUTES, dim, height, width)).permute(0, 2, 3, 1), (chunk_states,)
+        return cross_merge_reference(y.view(batch, ROUTES, dim, height, width)).permute(0, 2, 3, 1), (tile_states,)
 
     def backward(grads, residuals, x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
         (xs, dts, bs, cs), vjp = torch.func.vjp(route_projections, x, x_proj_weight, dt_projs_weight)
@@ -70,7 +70,7 @@ def _load_triton() -> Impl:
 
     def residuals_fake(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
         batch, height, width, dim = x.shape
-        shape = chunk_states_shape((batch, ROUTES * dim, height * width), A.shape[1])
+        shape = tile_states_shape((batch, ROUTES * dim, height * width), A.shape[1])
         return (x.new_empty(shape, dtype=torch.float32),)
 
     return Impl(forward, backward, cpu.backward_fake, residuals_fake)
