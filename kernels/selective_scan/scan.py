@@ -109,6 +109,23 @@ def _first(x, t):
 
 
 @triton.jit
+def _positions(t, g, L, height, width, ROUTES: tl.constexpr):
+    """Memory positions of time steps ``t``: ``t`` itself, or with ``ROUTES`` the position on an
+    ``(height, width)`` map, row-major, of step ``t`` of VMamba's route ``g`` (0: row-major, 1:
+    column-major, 2, 3: those reversed)."""
+    if ROUTES:
+        t = tl.where(g >= 2, L - 1 - t, t)
+        t = tl.where(g % 2 == 1, (t % height) * width + t // height, t)
+    return t
+
+
+@triton.jit
+def _offsets(b, g, jd, p, s_b, s_g, s_d, s_t):
+    """``(BLOCK_D, BLOCK_T)`` offsets of channels ``jd`` of group ``g`` at positions ``p``."""
+    return b.to(tl.int64) * s_b + g * s_g + jd[:, None] * s_d + p[None, :].to(tl.int64) * s_t
+
+
+@triton.jit
 def _channel_params(A_ptr, D_ptr, bias_ptr, d, d_ok, n, n_ok, N, HAS_D: tl.constexpr, HAS_BIAS: tl.constexpr,
                     BLOCK_D: tl.constexpr):
     """fp32 ``A`` ``(BLOCK_D, BLOCK_N)``, ``bias`` and ``D`` ``(BLOCK_D,)`` of channels ``d`` (zeros where absent)."""
@@ -123,37 +140,36 @@ def _channel_params(A_ptr, D_ptr, bias_ptr, d, d_ok, n, n_ok, N, HAS_D: tl.const
 
 
 @triton.jit
-def _tile_inputs(u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, t, t_ok, A, bias,
+def _tile_inputs(u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
                  su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t,
                  HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
     """One tile's fp32 inputs: ``x``, ``pre``, ``dt`` ``(BLOCK_D, BLOCK_T)``, ``Bt``, ``Ct``
     ``(BLOCK_N, BLOCK_T)``, decays ``a`` and inputs ``bx`` ``(BLOCK_D, BLOCK_N, BLOCK_T)``, the
-    ``u`` and ``delta`` offsets and the tile's mask."""
+    ``u`` offsets and the tile's mask. ``p``: the tile's positions (:func:`_positions`)."""
     dt_ok = d_ok[:, None] & t_ok[None, :]
-    u_off = b.to(tl.int64) * su_b + g * su_g + jd[:, None] * su_d + t[None, :] * su_t
+    u_off = _offsets(b, g, jd, p, su_b, su_g, su_d, su_t)
     x = tl.load(u_ptr + u_off, mask=dt_ok, other=0.0).to(tl.float32)
-    d_off = b.to(tl.int64) * sd_b + g * sd_g + jd[:, None] * sd_d + t[None, :] * sd_t
-    pre = tl.load(delta_ptr + d_off, mask=dt_ok, other=0.0).to(tl.float32)
+    pre = tl.load(delta_ptr + _offsets(b, g, jd, p, sd_b, sd_g, sd_d, sd_t), mask=dt_ok, other=0.0).to(tl.float32)
     pre, dt = _dt(pre, dt_ok, bias, HAS_BIAS, SOFTPLUS)
-    bc_off = b.to(tl.int64) * sbc_b + g * sbc_g + n[:, None] * sbc_n + t[None, :] * sbc_t
+    bc_off = _offsets(b, g, n, p, sbc_b, sbc_g, sbc_n, sbc_t)
     nt_ok = n_ok[:, None] & t_ok[None, :]
     Bt = tl.load(B_ptr + bc_off, mask=nt_ok, other=0.0).to(tl.float32)
     Ct = tl.load(C_ptr + bc_off, mask=nt_ok, other=0.0).to(tl.float32)
     a = tl.exp(dt[:, None, :] * A[:, :, None])
     bx = (dt * x)[:, None, :] * Bt[None, :, :]
-    return x, pre, dt, Bt, Ct, a, bx, u_off, d_off, dt_ok
+    return x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok
 
 
 @triton.jit
 def _selective_scan_fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
-    L, dim, dpg, N, G, n_tiles,
-    su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t,
+    L, dim, dpg, N, G, n_tiles, height, width,
+    su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, sy_b, sy_g, sy_d, sy_t,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    ROUTES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """``y`` ``(batch, dim, L)``, ``last`` ``(batch, dim, N)`` fp32 and the tile-start states
-    ``ckpt`` ``(batch, dim, n_tiles, N)`` fp32, all contiguous."""
+    """``y`` (strides ``sy_*``), ``last`` ``(batch, dim, N)`` fp32 and the tile-start states
+    ``ckpt`` ``(batch, dim, n_tiles, N)`` fp32, contiguous."""
     b = tl.program_id(0) // G
     g = tl.program_id(0) % G
     jd = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -171,8 +187,9 @@ def _selective_scan_fwd_kernel(
         tl.store(ckpt_ptr + ck + k * N, h0, mask=dn_ok)
         t = k * BLOCK_T + tt
         t_ok = t < L
-        x, pre, dt, Bt, Ct, a, bx, u_off, d_off, dt_ok = _tile_inputs(
-            u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, t, t_ok, A, bias,
+        p = _positions(t, g, L, height, width, ROUTES)
+        x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok = _tile_inputs(
+            u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
             su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, HAS_BIAS, SOFTPLUS)
         ca, cb = tl.associative_scan((a, bx), 2, _linear)
         h = cb + ca * h0[:, :, None]
@@ -180,7 +197,7 @@ def _selective_scan_fwd_kernel(
         if HAS_Z:
             zt = tl.load(z_ptr + u_off, mask=dt_ok, other=0.0).to(tl.float32)
             y = y * zt * tl.sigmoid(zt)
-        tl.store(y_ptr + bd[:, None] * L + t[None, :], y.to(y_ptr.dtype.element_ty), mask=dt_ok)
+        tl.store(y_ptr + _offsets(b, g, jd, p, sy_b, sy_g, sy_d, sy_t), y.to(y_ptr.dtype.element_ty), mask=dt_ok)
         h0 = _last(h, tt, BLOCK_T)
     tl.store(last_ptr + bd[:, None] * N + n[None, :], h0, mask=dn_ok)
 
@@ -189,15 +206,17 @@ def _selective_scan_fwd_kernel(
 def _selective_scan_bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, gy_ptr, glast_ptr, ckpt_ptr, carry_ptr,
     gu_ptr, gdelta_ptr, gz_ptr, gB_ptr, gC_ptr, gA_ptr, gD_ptr, gbias_ptr,
-    L, dim, dpg, N, G, n_tiles, slice_len,
-    su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t,
+    L, dim, dpg, N, G, n_tiles, height, width, slice_len,
+    su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, sy_b, sy_g, sy_d, sy_t,
+    sg_b, sg_g, sg_d, sg_t,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    HAS_GLAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    ROUTES: tl.constexpr, HAS_GLAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
-    """Gradients given ``gy`` (of ``y``, contiguous) and ``glast`` (of the last state).
+    """Gradients given ``gy`` (of ``y``, strides ``sg_*``) and ``glast`` (of the last state).
 
-    Writes ``gu``, ``gdelta``, ``gz`` ``(batch, dim, L)``; ``gB``, ``gC`` per channel slice
-    ``(batch, G, n_slices, N, L)`` fp32; per tile ``gA`` ``(batch, dim, n_tiles, N)``, ``gD``,
+    Writes ``gu``, ``gdelta``, ``gz`` (strides ``sy_*``); ``gB``, ``gC`` per channel slice
+    ``(batch, G, n_slices, N, L)`` fp32, by position; per tile ``gA`` ``(batch, dim, n_tiles, N)``, ``gD``,
     ``gbias`` ``(batch, dim, n_tiles)`` fp32. ``carry_ptr``: ``(batch, dim, N)`` fp32, the
     adjoint at the first step of the tile done last.
     """
@@ -213,6 +232,8 @@ def _selective_scan_bwd_kernel(
         k = n_tiles - 1 - kk
         t = k * BLOCK_T + tt
         t_ok = t < L
+        p = _positions(t, g, L, height, width, ROUTES)
+        p1 = _positions(t + 1, g, L, height, width, ROUTES)
         t1_ok = t + 1 < L
         gB = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
         gC = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
@@ -223,16 +244,16 @@ def _selective_scan_bwd_kernel(
             d = g * dpg + jd
             dn_ok = d_ok[:, None] & n_ok[None, :]
             A, bias, Dv = _channel_params(A_ptr, D_ptr, bias_ptr, d, d_ok, n, n_ok, N, HAS_D, HAS_BIAS, BLOCK_D)
-            x, pre, dt, Bt, Ct, a, bx, u_off, d_off, dt_ok = _tile_inputs(
-                u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, t, t_ok, A, bias,
+            x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok = _tile_inputs(
+                u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
                 su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, HAS_BIAS, SOFTPLUS)
             bd = b.to(tl.int64) * dim + d
             dn = bd[:, None] * N + n[None, :]
             h0 = tl.load(ckpt_ptr + (bd * n_tiles + k)[:, None] * N + n[None, :], mask=dn_ok, other=0.0)
             ca, cb = tl.associative_scan((a, bx), 2, _linear)
             h = cb + ca * h0[:, :, None]
-            out = bd[:, None] * L + t[None, :]
-            gy = tl.load(gy_ptr + out, mask=dt_ok, other=0.0).to(tl.float32)
+            out = _offsets(b, g, jd, p, sy_b, sy_g, sy_d, sy_t)
+            gy = tl.load(gy_ptr + _offsets(b, g, jd, p, sg_b, sg_g, sg_d, sg_t), mask=dt_ok, other=0.0).to(tl.float32)
             if HAS_Z:
                 zt = tl.load(z_ptr + u_off, mask=dt_ok, other=0.0).to(tl.float32)
                 sig = tl.sigmoid(zt)
@@ -242,7 +263,8 @@ def _selective_scan_bwd_kernel(
                 gy = gy * zt * sig
             # decay of the next step, exp(dt_{t+1} A): 1 past the end (the carry stands for lam_L)
             dt1_ok = d_ok[:, None] & t1_ok[None, :]
-            pre1 = tl.load(delta_ptr + d_off + sd_t, mask=dt1_ok, other=0.0).to(tl.float32)
+            pre1 = tl.load(delta_ptr + _offsets(b, g, jd, p1, sd_b, sd_g, sd_d, sd_t), mask=dt1_ok,
+                           other=0.0).to(tl.float32)
             _, dt1 = _dt(pre1, dt1_ok, bias, HAS_BIAS, SOFTPLUS)
             a1 = tl.exp(dt1[:, None, :] * A[:, :, None])
             if k == n_tiles - 1:
@@ -268,8 +290,8 @@ def _selective_scan_bwd_kernel(
             tl.store(gdelta_ptr + out, gdt.to(gdelta_ptr.dtype.element_ty), mask=dt_ok)
             gB += tl.sum(lam * (dt * x)[:, None, :], axis=0)
             gC += tl.sum(gy[:, None, :] * h, axis=0)
-        tl.store(gB_ptr + gbc + t[None, :], gB, mask=n_ok[:, None] & t_ok[None, :])
-        tl.store(gC_ptr + gbc + t[None, :], gC, mask=n_ok[:, None] & t_ok[None, :])
+        tl.store(gB_ptr + gbc + p[None, :], gB, mask=n_ok[:, None] & t_ok[None, :])
+        tl.store(gC_ptr + gbc + p[None, :], gC, mask=n_ok[:, None] & t_ok[None, :])
 
 
 _fwd = tuning.autotune(FWD_CONFIGS, key=["L", "dpg", "N", "G"],
@@ -293,8 +315,8 @@ def tile_states_shape(u_shape: tuple[int, int, int], n_state: int, tile: int | N
 
 
 class Strides(NamedTuple):
-    """Element strides of a ``(batch, dim, L)`` family (``u`` and ``z``, or ``delta``) split into
-    groups, or of ``B`` / ``C`` ``(batch, G, N, L)``: batch, group, channel (or state), time."""
+    """Element strides of a family of tensors: batch, group, channel (or state for ``B``/``C``),
+    and position."""
 
     b: int
     g: int
@@ -307,28 +329,44 @@ def sequence_strides(t: torch.Tensor, groups: int) -> Strides:
     return Strides(t.stride(0), t.shape[1] // groups * t.stride(1), t.stride(1), t.stride(2))
 
 
-class _Problem:
-    """Shapes, inputs, strides and launch flags shared by the forward and backward launchers."""
+class Layout(NamedTuple):
+    """Where a launch reads and writes: the strides of ``u`` (and ``z``), ``delta``, ``B`` (and
+    ``C``), the outputs (``y``; ``du``, ``ddelta``, ``dz``) and ``dy``; ``routes``: ``(H, W)`` when
+    the groups are VMamba's four routes over an ``H x W`` map (positions by :func:`_positions`),
+    else None (position = time step)."""
 
-    def __init__(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile):
-        self.batch, self.dim, self.length = u.shape
+    u: Strides
+    delta: Strides
+    bc: Strides
+    out: Strides
+    grad_out: Strides
+    routes: tuple[int, int] | None = None
+
+
+class Problem:
+    """Sizes, inputs, layout and launch flags shared by the forward and backward launchers.
+
+    ``u``, ``delta``, ``B``, ``C``, ``z`` are read through ``layout`` (their shapes are not used);
+    ``A`` ``(dim, N)``, ``D``, ``delta_bias`` ``(dim,)``; ``sizes``: ``(batch, dim, G, L)``.
+    """
+
+    def __init__(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile, sizes, layout: Layout):
+        self.batch, self.dim, self.groups, self.length = sizes
         self.device = u.device
-        if B.dim() == 3:
-            B, C = B[:, None], C[:, None]
-        if B.stride() != C.stride():  # one set of strides for B and C
-            B, C = B.contiguous(), C.contiguous()
-        if z is not None and z.stride() != u.stride():  # one set for u and z
-            u, z = u.contiguous(), z.contiguous()
-        self.groups, self.n_state = B.shape[1], A.shape[1]
+        self.n_state = A.shape[1]
         self.dpg = self.dim // self.groups
         self.block_t = tile or tile_length(self.length, self.n_state)
         self.n_tiles = triton.cdiv(self.length, self.block_t)
+        D, delta_bias = (t.contiguous() if t is not None else None for t in (D, delta_bias))
         # An absent optional input is passed as u: the kernels never read it (HAS_* flags).
-        self.tensors = [u, delta, A.contiguous(), B, C, *(t.contiguous() if t is not None else u for t in (D, z, delta_bias))]
-        self.strides = (*sequence_strides(u, self.groups), *sequence_strides(delta, self.groups), *B.stride())
+        self.tensors = [u, delta, A.contiguous(), B, C, *(t if t is not None else u for t in (D, z, delta_bias))]
+        self.strides = (*layout.u, *layout.delta, *layout.bc, *layout.out)
+        self.grad_strides = tuple(layout.grad_out)
+        height, width = layout.routes or (1, 1)
+        self.sizes = (self.length, self.dim, self.dpg, self.n_state, self.groups, self.n_tiles, height, width)
         self.flags = dict(HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
-                          SOFTPLUS=bool(delta_softplus), BLOCK_N=pow2(self.n_state), BLOCK_T=self.block_t)
-        self.sizes = (self.length, self.dim, self.dpg, self.n_state, self.groups, self.n_tiles)
+                          SOFTPLUS=bool(delta_softplus), ROUTES=layout.routes is not None,
+                          BLOCK_N=pow2(self.n_state), BLOCK_T=self.block_t)
 
     def states(self, *shape):
         """An fp32 ``(batch, dim, *shape)`` buffer."""
@@ -341,6 +379,52 @@ class _Problem:
         return triton.cdiv(triton.cdiv(self.dpg, slices), SLICE_MULTIPLE) * SLICE_MULTIPLE
 
 
+def launch_forward(p: Problem, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs the forward kernel into ``y``; returns ``(last_state, tile_states)`` fp32."""
+    last, tile_states = p.states(p.n_state), p.states(p.n_tiles, p.n_state)
+
+    def grid(meta):
+        return p.batch * p.groups, triton.cdiv(p.dpg, meta["BLOCK_D"])
+
+    _fwd[grid](*p.tensors, y, last, tile_states, *p.sizes, *p.strides, **p.flags)
+    return last, tile_states
+
+
+def launch_backward(p: Problem, grad_y, grad_last, tile_states, gu, gdelta, gz):
+    """Runs the backward kernel into ``gu``, ``gdelta``, ``gz`` (``gz`` ignored without ``z``);
+    returns the fp32 sums ``(dA (dim, N), dB, dC (batch, G, N, L) by position, dD, d delta_bias
+    (dim,))``, added over batch, tiles and channel slices in a fixed order."""
+    slice_len = p.slice_length()
+    n_slices = triton.cdiv(p.dpg, slice_len)
+    gB = torch.empty(p.batch, p.groups, n_slices, p.n_state, p.length, dtype=torch.float32, device=p.device)
+    gC = torch.empty_like(gB)
+    gA = p.states(p.n_tiles, p.n_state)
+    gD, gbias = p.states(p.n_tiles), p.states(p.n_tiles)
+    carry = p.states(p.n_state)
+    has_glast = grad_last is not None
+    _bwd[(p.batch * p.groups, n_slices)](
+        *p.tensors, grad_y, grad_last.contiguous() if has_glast else carry, tile_states.contiguous(), carry,
+        gu, gdelta, gz, gB, gC, gA, gD, gbias, *p.sizes, slice_len, *p.strides, *p.grad_strides,
+        HAS_GLAST=has_glast, **p.flags,
+    )
+    return gA.sum((0, 2)), gB.sum(2), gC.sum(2), gD.sum((0, 2)), gbias.sum((0, 2))
+
+
+def _sequence_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile) -> Problem:
+    """A :class:`Problem` on ``(batch, dim, L)`` inputs of any strides, outputs contiguous."""
+    batch, dim, length = u.shape
+    if B.dim() == 3:
+        B, C = B[:, None], C[:, None]
+    if B.stride() != C.stride():  # one set of strides for B and C
+        B, C = B.contiguous(), C.contiguous()
+    if z is not None and z.stride() != u.stride():  # one set for u and z
+        u, z = u.contiguous(), z.contiguous()
+    groups = B.shape[1]
+    out = Strides(dim * length, dim // groups * length, length, 1)
+    layout = Layout(sequence_strides(u, groups), sequence_strides(delta, groups), Strides(*B.stride()), out, out)
+    return Problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile, (batch, dim, groups, length), layout)
+
+
 def selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                        out_dtype=None, tile=None):
     """Forward: ``(y, last_state, tile_states)``, ``y`` ``(batch, dim, L)`` contiguous in
@@ -349,15 +433,9 @@ def selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     :func:`ppma.ops.selective_scan` (B/C ``(batch, N, L)`` or ``(batch, G, N, L)``), any strides,
     any float dtypes, fp32 state. ``tile``: time steps per tile, a power of two (default
     :func:`tile_length`). No input checks."""
-    p = _Problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile)
+    p = _sequence_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile)
     y = torch.empty(u.shape, dtype=out_dtype or u.dtype, device=u.device)
-    last, tile_states = p.states(p.n_state), p.states(p.n_tiles, p.n_state)
-
-    def grid(meta):
-        return p.batch * p.groups, triton.cdiv(p.dpg, meta["BLOCK_D"])
-
-    _fwd[grid](*p.tensors, y, last, tile_states, *p.sizes, *p.strides, **p.flags)
-    return y, last, tile_states
+    return (y, *launch_forward(p, y))
 
 
 def selective_scan_bwd(grad_y, grad_last, tile_states, u, delta, A, B, C, D=None, z=None, delta_bias=None,
@@ -366,29 +444,16 @@ def selective_scan_bwd(grad_y, grad_last, tile_states, u, delta, A, B, C, D=None
     the inputs, contiguous (``None`` for an absent input), given ``grad_y`` ``(batch, dim, L)``,
     ``grad_last`` ``(batch, dim, N)`` (or None) and the forward's ``tile_states`` (same ``tile``):
     each tile's states are recomputed in registers from its start."""
-    p = _Problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile)
+    p = _sequence_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, tile)
     gu = torch.empty(u.shape, dtype=u.dtype, device=u.device)
     gdelta = torch.empty(delta.shape, dtype=delta.dtype, device=u.device)
     gz = torch.empty(z.shape, dtype=z.dtype, device=u.device) if z is not None else gu
-    slice_len = p.slice_length()
-    n_slices = triton.cdiv(p.dpg, slice_len)
-    gB = torch.empty(p.batch, p.groups, n_slices, p.n_state, p.length, dtype=torch.float32, device=u.device)
-    gC = torch.empty_like(gB)
-    gA = p.states(p.n_tiles, p.n_state)
-    gD, gbias = p.states(p.n_tiles), p.states(p.n_tiles)
-    carry = p.states(p.n_state)
-    grad_last = grad_last.contiguous() if grad_last is not None else carry
-    _bwd[(p.batch * p.groups, n_slices)](
-        *p.tensors, grad_y.contiguous(), grad_last, tile_states.contiguous(), carry,
-        gu, gdelta, gz, gB, gC, gA, gD, gbias, *p.sizes, slice_len, *p.strides,
-        HAS_GLAST=grad_last is not carry, **p.flags,
-    )
-    gB, gC = (g.sum(2).reshape(B.shape).to(t.dtype) for g, t in ((gB, B), (gC, C)))
+    gA, gB, gC, gD, gbias = launch_backward(p, grad_y.contiguous(), grad_last, tile_states, gu, gdelta, gz)
     return [
-        gu, gdelta, gA.sum((0, 2)).to(A.dtype), gB, gC,
-        gD.sum((0, 2)).to(D.dtype) if D is not None else None,
+        gu, gdelta, gA.to(A.dtype), gB.reshape(B.shape).to(B.dtype), gC.reshape(C.shape).to(C.dtype),
+        gD.to(D.dtype) if D is not None else None,
         gz if z is not None else None,
-        gbias.sum((0, 2)).to(delta_bias.dtype) if delta_bias is not None else None,
+        gbias.to(delta_bias.dtype) if delta_bias is not None else None,
     ]
 
 
@@ -405,7 +470,7 @@ def compile_cases() -> list[tuning.CompileCase]:
     ``N`` of 1 and 16, with and without ``D``, ``z``, ``delta_bias`` (and softplus); contiguous
     time axes (time strides 1, as the launcher's contiguous inputs specialize)."""
     sequences = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
-    unit = {"su_t": 1, "sd_t": 1, "sbc_t": 1}
+    unit = {"su_t": 1, "sd_t": 1, "sbc_t": 1, "sy_t": 1, "sg_t": 1}
     cases = []
     for kernel, configs, per_thread, extra in ((_selective_scan_fwd_kernel, FWD_CONFIGS, FWD_ELEMENTS_PER_THREAD, {}),
                                                (_selective_scan_bwd_kernel, BWD_CONFIGS, BWD_ELEMENTS_PER_THREAD,
@@ -418,7 +483,7 @@ def compile_cases() -> list[tuning.CompileCase]:
                 for on in (True, False):
                     for config in configs:
                         block_t = _largest_tile(config, block_n, per_thread)
-                        constexprs = dict(unit, HAS_D=on, HAS_Z=on, HAS_BIAS=on, SOFTPLUS=on, **extra,
+                        constexprs = dict(unit, HAS_D=on, HAS_Z=on, HAS_BIAS=on, SOFTPLUS=on, ROUTES=False, **extra,
                                           BLOCK_N=block_n, BLOCK_T=block_t, **config.kwargs)
                         name = (f"selective_scan_{'fwd' if not extra else 'bwd'} {dtype} N={block_n} "
                                 f"{'D,z,bias' if on else 'plain'} T={block_t} D={config.kwargs['BLOCK_D']} "
