@@ -188,7 +188,7 @@ def _selective_scan_fwd_kernel(
         t = k * BLOCK_T + tt
         t_ok = t < L
         p = _positions(t, g, L, height, width, ROUTES)
-        x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok = _tile_inputs(
+        x, _, _, _, Ct, a, bx, u_off, dt_ok = _tile_inputs(
             u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
             su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, HAS_BIAS, SOFTPLUS)
         ca, cb = tl.associative_scan((a, bx), 2, _linear)

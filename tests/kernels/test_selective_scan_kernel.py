@@ -7,10 +7,7 @@ kernels for sm_80 and sm_90 without a GPU.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
