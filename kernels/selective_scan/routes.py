@@ -7,14 +7,25 @@ Channels-last over a ``(batch, H, W)`` map: ``x`` ``(batch, H, W, dim)`` (every 
 ``delta_bias`` ``(4 dim,)``; softplus. Route ``k``'s step ``t`` reads the map at the position its
 route visits then (0: row-major, 1: column-major, 2, 3: those reversed). Its output goes back to
 that position: ``y`` ``(batch, H, W, 4, dim)`` fp32, so merging the routes is ``y.sum(3)``.
+
+On the map the channel axis is the contiguous one: the loads coalesce across a program's channels
+(``BLOCK_D`` of them; its positions are ``dim`` apart), so the routes run shorter tiles
+(:func:`route_tile`) that leave registers for wide channel blocks.
 """
 from __future__ import annotations
 
 import torch
 
-from .scan import Layout, Problem, Strides, launch_backward, launch_forward
+from .scan import Layout, Problem, Strides, launch_backward, launch_forward, tile_length
 
 ROUTES = 4
+# Time steps x states of one channel in a route's tile.
+ROUTE_TILE_ELEMENTS = 128
+
+
+def route_tile(length: int, n_state: int) -> int:
+    """Time steps per tile along a route of ``length`` positions (:func:`~.scan.tile_length`)."""
+    return tile_length(length, n_state, ROUTE_TILE_ELEMENTS)
 
 
 def _map_strides(t: torch.Tensor) -> Strides:
@@ -37,6 +48,7 @@ def _problem(x, dts, B, C, A, D, delta_bias, tile) -> Problem:
     if B.stride() != C.stride() or B.stride(1) != width * B.stride(2):
         B, C = B.contiguous(), C.contiguous()
     length = height * width
+    tile = tile or route_tile(length, A.shape[1])
     out = Strides(length * ROUTES * dim, dim, 1, ROUTES * dim)  # (batch, H, W, 4, dim) contiguous
     grad_out = Strides(length * dim, 0, 1, dim)  # (batch, H, W, dim) contiguous, read by every route
     layout = Layout(_map_strides(x), _map_strides(dts), _map_strides(B), out, grad_out, (height, width))
@@ -46,7 +58,7 @@ def _problem(x, dts, B, C, A, D, delta_bias, tile) -> Problem:
 def cross_scan_fwd(x, dts, B, C, A, D, delta_bias, tile=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward along the four routes: ``(y, tile_states)``, ``y`` ``(batch, H, W, 4, dim)`` fp32
     (route ``k``'s output at the map positions), ``tile_states`` ``(batch, 4 dim, n_tiles, N)``
-    fp32 (:func:`~.scan.tile_states_shape` of ``(batch, 4 dim, H W)``)."""
+    fp32 (:func:`~.scan.tile_states_shape` of ``(batch, 4 dim, H W)`` and :func:`route_tile`)."""
     p = _problem(x, dts, B, C, A, D, delta_bias, tile)
     y = torch.empty(*x.shape[:3], ROUTES, x.shape[3], dtype=torch.float32, device=x.device)
     _, tile_states = launch_forward(p, y)

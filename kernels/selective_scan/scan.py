@@ -45,15 +45,17 @@ BWD_ELEMENTS_PER_THREAD = 8
 # Backward: aim for this many programs (batch x groups x channel slices) to fill the GPU.
 BWD_PROGRAMS = 1024
 # Channels of a backward slice are a multiple of the largest BLOCK_D.
-SLICE_MULTIPLE = 8
+SLICE_MULTIPLE = 32
 
 
 def _configs(block_ds: tuple[int, ...]) -> list[triton.Config]:
     return [triton.Config({"BLOCK_D": bd}, num_warps=w, num_stages=1) for bd in block_ds for w in (4, 8)]
 
 
-FWD_CONFIGS = _configs((2, 1, 4, 8))
-BWD_CONFIGS = _configs((1, 2, 4, 8))
+# Wide channel blocks are for short tiles, e.g. the routes' (channels-last maps: the channel axis
+# is the contiguous one there).
+FWD_CONFIGS = _configs((2, 1, 4, 8, 16, 32))
+BWD_CONFIGS = _configs((1, 2, 4, 8, 16, 32))
 
 
 def _elements_per_thread(config: triton.Config, block_n: int, block_t: int) -> float:
@@ -223,7 +225,7 @@ def _selective_scan_bwd_kernel(
     b = tl.program_id(0) // G
     g = tl.program_id(0) % G
     first = tl.program_id(1) * slice_len
-    end = tl.minimum(first + slice_len, dpg)
+    n_blocks = tl.cdiv(tl.minimum(slice_len, dpg - first), BLOCK_D)
     n = tl.arange(0, BLOCK_N)
     n_ok = n < N
     tt = tl.arange(0, BLOCK_T)
@@ -238,9 +240,9 @@ def _selective_scan_bwd_kernel(
         gB = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
         gC = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
         tl.debug_barrier()  # the carries stored for the tile after this one are read below
-        for j0 in range(first, end, BLOCK_D):
-            jd = j0 + tl.arange(0, BLOCK_D)
-            d_ok = jd < end
+        for i in range(0, n_blocks):  # channels first + i BLOCK_D ...: a multiple of BLOCK_D, for vector loads
+            jd = first + i * BLOCK_D + tl.arange(0, BLOCK_D)
+            d_ok = jd < dpg
             d = g * dpg + jd
             dn_ok = d_ok[:, None] & n_ok[None, :]
             A, bias, Dv = _channel_params(A_ptr, D_ptr, bias_ptr, d, d_ok, n, n_ok, N, HAS_D, HAS_BIAS, BLOCK_D)
@@ -300,10 +302,10 @@ _bwd = tuning.autotune(BWD_CONFIGS, key=["L", "dpg", "N", "G", "slice_len"],
                        prune_configs_by={"early_config_prune": _prune_bwd})(_selective_scan_bwd_kernel)
 
 
-def tile_length(length: int, n_state: int) -> int:
-    """Time steps per tile: a power of two, at most ``TILE_ELEMENTS / N`` and ``L`` rounded up, the
+def tile_length(length: int, n_state: int, elements: int = TILE_ELEMENTS) -> int:
+    """Time steps per tile: a power of two, at most ``elements / N`` and ``L`` rounded up, the
     one of the three largest such that pads ``L`` least (the larger on a tie)."""
-    cap = min(max(TILE_ELEMENTS // pow2(n_state), 1), pow2(length))
+    cap = min(max(elements // pow2(n_state), 1), pow2(length))
     candidates = [cap >> i for i in range(3) if cap >> i]
     return min(candidates, key=lambda t: (triton.cdiv(length, t) * t, -t))
 
@@ -457,9 +459,10 @@ def selective_scan_bwd(grad_y, grad_last, tile_states, u, delta, A, B, C, D=None
     ]
 
 
-def _largest_tile(config: triton.Config, block_n: int, per_thread: int) -> int:
-    """The longest tile (a power of two) on which the launcher may run ``config``."""
-    block_t = TILE_ELEMENTS // block_n
+def _largest_tile(config: triton.Config, block_n: int, per_thread: int, elements: int) -> int:
+    """The longest tile (a power of two, at most ``elements / BLOCK_N``) on which the launcher
+    may run ``config``."""
+    block_t = max(elements // block_n, 1)
     while block_t > 1 and _elements_per_thread(config, block_n, block_t) > per_thread:
         block_t //= 2
     return block_t
@@ -467,27 +470,35 @@ def _largest_tile(config: triton.Config, block_n: int, per_thread: int) -> int:
 
 def compile_cases() -> list[tuning.CompileCase]:
     """Every configuration of both kernels at its longest tile, for fp32, fp16 and bf16 inputs,
-    ``N`` of 1 and 16, with and without ``D``, ``z``, ``delta_bias`` (and softplus); contiguous
-    time axes (time strides 1, as the launcher's contiguous inputs specialize)."""
+    ``N`` of 1 and 16: on ``(batch, dim, L)`` sequences (time strides 1, as contiguous inputs
+    specialize) with and without ``D``, ``z``, ``delta_bias`` and softplus; along VMamba's routes
+    (channel strides 1, ``D``, ``delta_bias``, softplus, tiles of at most ``ROUTE_TILE_ELEMENTS``)."""
+    from .routes import ROUTE_TILE_ELEMENTS
+
     sequences = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
-    unit = {"su_t": 1, "sd_t": 1, "sbc_t": 1, "sy_t": 1, "sg_t": 1}
+    variants = [  # (name, unit strides, options, tile elements)
+        ("D,z,bias", "t", dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, ROUTES=False), TILE_ELEMENTS),
+        ("plain", "t", dict(HAS_D=False, HAS_Z=False, HAS_BIAS=False, SOFTPLUS=False, ROUTES=False), TILE_ELEMENTS),
+        ("routes", "d", dict(HAS_D=True, HAS_Z=False, HAS_BIAS=True, SOFTPLUS=True, ROUTES=True), ROUTE_TILE_ELEMENTS),
+    ]
     cases = []
     for kernel, configs, per_thread, extra in ((_selective_scan_fwd_kernel, FWD_CONFIGS, FWD_ELEMENTS_PER_THREAD, {}),
                                                (_selective_scan_bwd_kernel, BWD_CONFIGS, BWD_ELEMENTS_PER_THREAD,
                                                 {"HAS_GLAST": True})):
+        direction = "bwd" if extra else "fwd"
         for dtype in ("fp32", "fp16", "bf16"):
-            signature = {name: (f"*{dtype}" if name in sequences else "*fp32") if name.endswith("_ptr") else "i32"
-                         for name, p in zip(kernel.arg_names, kernel.params)
-                         if not p.is_constexpr and name not in unit}
-            for block_n in (1, 16):
-                for on in (True, False):
+            for variant, axis, options, elements in variants:
+                unit = {name: 1 for name in (f"s{family}_{'n' if family == 'bc' and axis == 'd' else axis}"
+                                             for family in ("u", "d", "bc", "y", "g")) if name in kernel.arg_names}
+                signature = {name: (f"*{dtype}" if name in sequences else "*fp32") if name.endswith("_ptr") else "i32"
+                             for name, p in zip(kernel.arg_names, kernel.params)
+                             if not p.is_constexpr and name not in unit}
+                for block_n in (1, 16):
                     for config in configs:
-                        block_t = _largest_tile(config, block_n, per_thread)
-                        constexprs = dict(unit, HAS_D=on, HAS_Z=on, HAS_BIAS=on, SOFTPLUS=on, ROUTES=False, **extra,
-                                          BLOCK_N=block_n, BLOCK_T=block_t, **config.kwargs)
-                        name = (f"selective_scan_{'fwd' if not extra else 'bwd'} {dtype} N={block_n} "
-                                f"{'D,z,bias' if on else 'plain'} T={block_t} D={config.kwargs['BLOCK_D']} "
-                                f"w={config.num_warps}")
+                        block_t = _largest_tile(config, block_n, per_thread, elements)
+                        constexprs = dict(unit, **options, **extra, BLOCK_N=block_n, BLOCK_T=block_t, **config.kwargs)
+                        name = (f"selective_scan_{direction} {dtype} N={block_n} {variant} T={block_t} "
+                                f"D={config.kwargs['BLOCK_D']} w={config.num_warps}")
                         cases.append(tuning.CompileCase(name, kernel, signature, constexprs,
                                                         config.num_warps, config.num_stages))
     return cases

@@ -63,7 +63,7 @@ def _load_triton() -> Impl:
     projections computed on the map; the backward runs the scan's backward kernel and autograd
     (``torch.func.vjp``) through the projections."""
     from ppma.kernels.selective_scan import tile_states_shape
-    from ppma.kernels.selective_scan.routes import cross_scan_bwd, cross_scan_fwd
+    from ppma.kernels.selective_scan.routes import cross_scan_bwd, cross_scan_fwd, route_tile
 
     def forward(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
         dts, bs, cs = _map_projections(x, x_proj_weight, dt_projs_weight)
@@ -82,7 +82,8 @@ def _load_triton() -> Impl:
 
     def residuals_fake(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
         batch, height, width, dim = x.shape
-        shape = tile_states_shape((batch, ROUTES * dim, height * width), A.shape[1])
+        length = height * width
+        shape = tile_states_shape((batch, ROUTES * dim, length), A.shape[1], route_tile(length, A.shape[1]))
         return (x.new_empty(shape, dtype=torch.float32),)
 
     return Impl(forward, backward, cpu.backward_fake, residuals_fake)
