@@ -303,11 +303,12 @@ _bwd = tuning.autotune(BWD_CONFIGS, key=["L", "dpg", "N", "G", "slice_len"],
 
 
 def tile_length(length: int, n_state: int, elements: int = TILE_ELEMENTS) -> int:
-    """Time steps per tile: a power of two, at most ``elements / N`` and ``L`` rounded up, the
-    one of the three largest such that pads ``L`` least (the larger on a tie)."""
+    """Time steps per tile: a power of two ``T``, at most ``elements / N`` and ``L`` rounded up,
+    the one of the four largest that costs least, ``n_tiles * (T + 32 + 16 N)``: the padded steps
+    plus a tile's fixed cost and state traffic (a state saved, carried and summed per tile)."""
     cap = min(max(elements // pow2(n_state), 1), pow2(length))
-    candidates = [cap >> i for i in range(3) if cap >> i]
-    return min(candidates, key=lambda t: (triton.cdiv(length, t) * t, -t))
+    candidates = [cap >> i for i in range(4) if cap >> i]
+    return min(candidates, key=lambda t: (triton.cdiv(length, t) * (t + 32 + 16 * n_state), -t))
 
 
 def tile_states_shape(u_shape: tuple[int, int, int], n_state: int, tile: int | None = None) -> tuple[int, ...]:
@@ -374,11 +375,13 @@ class Problem:
         """An fp32 ``(batch, dim, *shape)`` buffer."""
         return torch.empty(self.batch, self.dim, *shape, dtype=torch.float32, device=self.device)
 
-    def slice_length(self) -> int:
-        """Channels per backward slice: enough slices for :data:`BWD_PROGRAMS` programs, each a
-        multiple of :data:`SLICE_MULTIPLE` channels."""
-        slices = triton.cdiv(BWD_PROGRAMS, self.batch * self.groups)
-        return triton.cdiv(triton.cdiv(self.dpg, slices), SLICE_MULTIPLE) * SLICE_MULTIPLE
+
+
+def slice_length(batch: int, groups: int, dpg: int) -> int:
+    """Channels per backward slice: enough slices for :data:`BWD_PROGRAMS` programs, each a
+    multiple of :data:`SLICE_MULTIPLE` channels."""
+    slices = triton.cdiv(BWD_PROGRAMS, batch * groups)
+    return triton.cdiv(triton.cdiv(dpg, slices), SLICE_MULTIPLE) * SLICE_MULTIPLE
 
 
 def launch_forward(p: Problem, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -396,7 +399,7 @@ def launch_backward(p: Problem, grad_y, grad_last, tile_states, gu, gdelta, gz):
     """Runs the backward kernel into ``gu``, ``gdelta``, ``gz`` (``gz`` ignored without ``z``);
     returns the fp32 sums ``(dA (dim, N), dB, dC (batch, G, N, L) by position, dD, d delta_bias
     (dim,))``, added over batch, tiles and channel slices in a fixed order."""
-    slice_len = p.slice_length()
+    slice_len = slice_length(p.batch, p.groups, p.dpg)
     n_slices = triton.cdiv(p.dpg, slice_len)
     gB = torch.empty(p.batch, p.groups, n_slices, p.n_state, p.length, dtype=torch.float32, device=p.device)
     gC = torch.empty_like(gB)
@@ -457,6 +460,35 @@ def selective_scan_bwd(grad_y, grad_last, tile_states, u, delta, A, B, C, D=None
         gz if z is not None else None,
         gbias.to(delta_bias.dtype) if delta_bias is not None else None,
     ]
+
+
+def modelled_bytes(batch: int, dim: int, n_state: int, length: int, groups: int, itemsize: int, has_z: bool,
+                   backward: bool) -> dict[str, int]:
+    """Bytes the kernels move to and from GPU memory on ``(batch, dim, L)`` sequences whose inputs
+    and ``y`` take ``itemsize`` bytes a value, against the least any implementation must move.
+
+    ``minimum``: read ``u``, ``delta``, ``B``, ``C``, ``z`` and write ``y``; with ``backward``, read
+    them again with ``dy`` and write their gradients. ``triton``: the same plus the tile-start
+    states (written forward, read backward), the backward's per-tile sums and adjoint carries, its
+    per-slice ``dB``/``dC`` in fp32 and their sum (``B``/``C`` read once per channel block are
+    counted once: they stay in L2). ``A``, ``D``, ``delta_bias`` are left out (``dim * N`` values).
+    """
+    seq = batch * dim * length * itemsize
+    bc = 2 * batch * groups * n_state * length * itemsize  # B and C
+    inputs = (3 if has_z else 2) * seq + bc  # u, delta (z), B, C
+    n_tiles = triton.cdiv(length, tile_length(length, n_state))
+    states = 4 * batch * dim * (n_tiles + 1) * n_state
+    minimum = inputs + seq
+    triton_bytes = minimum + states
+    if backward:
+        minimum += 2 * inputs + seq  # inputs and dy read, their gradients written
+        n_slices = triton.cdiv(dim // groups, slice_length(batch, groups, dim // groups))
+        partials = 2 * 4 * batch * groups * n_slices * n_state * length
+        tile_sums = 4 * batch * dim * n_tiles * (n_state + 2)
+        carries = 2 * 4 * batch * dim * n_state * n_tiles
+        dbc = 2 * 4 * batch * groups * n_state * length  # the fp32 sums of dB, dC, read again in their dtype
+        triton_bytes += 2 * inputs + seq + states + 2 * partials + tile_sums + carries + 2 * dbc
+    return {"minimum": minimum, "triton": triton_bytes}
 
 
 def _largest_tile(config: triton.Config, block_n: int, per_thread: int, elements: int) -> int:
