@@ -296,9 +296,11 @@ def _selective_scan_bwd_kernel(
         tl.store(gC_ptr + gbc + p[None, :], gC, mask=n_ok[:, None] & t_ok[None, :])
 
 
-_fwd = tuning.autotune(FWD_CONFIGS, key=["L", "dpg", "N", "G"],
+# Keyed on the sizes and on the launch constexprs that change the code (the tile, the layout).
+_KEY = ["L", "dpg", "N", "G", "BLOCK_T", "ROUTES", "HAS_Z", "HAS_D", "HAS_BIAS", "SOFTPLUS"]
+_fwd = tuning.autotune(FWD_CONFIGS, key=_KEY,
                        prune_configs_by={"early_config_prune": _prune_fwd})(_selective_scan_fwd_kernel)
-_bwd = tuning.autotune(BWD_CONFIGS, key=["L", "dpg", "N", "G", "slice_len"],
+_bwd = tuning.autotune(BWD_CONFIGS, key=[*_KEY, "slice_len", "HAS_GLAST"],
                        prune_configs_by={"early_config_prune": _prune_bwd})(_selective_scan_bwd_kernel)
 
 
