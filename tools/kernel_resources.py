@@ -9,7 +9,7 @@ configuration its autotuner may choose) with ``triton.compile`` for sm_80, sm_86
 in a process pool, reading ``metadata.shared`` and ptxas's register and spill counts. Writes the
 table the pruning reads (``kernels/common/resources.json``) and the marked section of
 ``docs/benchmarks.md``. ``--rows``: compile only the named rows (``'<kernel> | <variant> |
-<config>'``) and print their resources as JSON (the tests' check that the table is true).
+<config>'``) and print their resources as JSON.
 """
 from __future__ import annotations
 
@@ -55,9 +55,8 @@ def all_rows() -> dict[str, str]:
     return {name: module for module in MODULES for name in cases(module)}
 
 
-def compile_row(module: str, name: str, arch: int) -> dict:
-    """``{'shared', 'registers', 'spills'}`` of one case compiled for ``sm_<arch>``."""
-    case = cases(module)[name]
+def compile_case(case, arch: int) -> dict:
+    """``{'shared', 'registers', 'spills'}`` of a ``CompileCase`` compiled for ``sm_<arch>``."""
     signature = {**case.signature, **{k: "constexpr" for k in case.constexprs}}
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
@@ -68,14 +67,14 @@ def compile_row(module: str, name: str, arch: int) -> dict:
     registers = re.findall(r"Used (\d+) registers", text)
     spills = re.findall(r"(\d+) bytes spill stores", text)
     if not registers:
-        raise RuntimeError(f"no ptxas register count for {name} on sm_{arch}:\n{text}")
+        raise RuntimeError(f"no ptxas register count for {case.name} on sm_{arch}:\n{text}")
     return {"shared": compiled.metadata.shared, "registers": int(registers[-1]),
             "spills": int(spills[-1]) if spills else 0}
 
 
 def _compile_task(task):
     module, name, arch = task
-    return name, arch, compile_row(module, name, arch)
+    return name, arch, compile_case(cases(module)[name], arch)
 
 
 def measure(rows: dict[str, str], archs, jobs: int) -> dict[str, dict]:

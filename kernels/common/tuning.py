@@ -25,8 +25,7 @@ from typing import Any, Callable
 
 import torch
 import triton
-
-from .runtime import interpreted
+from triton.runtime.jit import JITFunction
 
 # Opt-in shared memory per thread block (bytes), by compute capability (major * 10 + minor).
 SHARED_MEMORY_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448}
@@ -87,7 +86,7 @@ def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[di
 
     def decorate(fn):
         tuning = Tuning(kernel_id(fn), tuple(configs), variant)
-        if interpreted():
+        if not isinstance(fn, JITFunction):  # Triton interprets it (decided by @triton.jit)
             tuned = triton.autotune(configs=list(configs[:1]), key=key, **kwargs)(fn)
         else:
             tuned_names = {name for config in configs for name in config.kwargs}
@@ -146,10 +145,10 @@ def fitting_configs(tuning: Tuning, variant: str, configs, capability: tuple[int
     return kept
 
 
-def bucket(value: int, bounds: tuple[int, ...]) -> int | str:
-    """The smallest of the increasing ``bounds`` that is >= ``value`` (``'>{last}'`` past the last):
-    a variant of the resource table stands for every launch up to its bound."""
-    return next((b for b in bounds if value <= b), f">{bounds[-1]}")
+def bucket(value: int, bounds: tuple[int, ...]) -> str:
+    """``'<=b'`` for the smallest of the increasing ``bounds`` that is >= ``value``, ``'>last'``
+    past the last: a variant of the resource table stands for every launch up to its bound."""
+    return next((f"<={b}" for b in bounds if value <= b), f">{bounds[-1]}")
 
 
 def signature(tuned, pointers: dict[str, str]) -> dict[str, str]:
@@ -190,8 +189,10 @@ def pruning_note(kernel_modules: tuple[str, ...], capability: tuple[int, int]) -
             f"{SHARED_MEMORY_LIMIT[arch]:,} bytes of shared memory: pruned, never tried")
 
 
+@functools.cache
 def unfit_variants(kernel_modules: tuple[str, ...], capability: tuple[int, int]) -> list[str]:
-    """``'<kernel> | <variant>'`` of ``kernel_modules`` that no configuration fits on ``capability``."""
+    """``'<kernel> | <variant>'`` of ``kernel_modules`` that no configuration fits on ``capability``
+    (cached: every op call asks)."""
     arch = arch_of(capability)
     if arch not in ARCHS:
         return []

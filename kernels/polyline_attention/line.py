@@ -34,7 +34,7 @@ CONFIGS = [
 def _variant(args) -> str:
     """``'fp16 official d<=32'``: the resource table's name of a launch."""
     head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
-    return f"{args['Q'][1:]} {'paper' if args['PAPER'] else 'official'} d<={head}"
+    return f"{args['Q'][1:]} {'paper' if args['PAPER'] else 'official'} d{head}"
 
 
 @tuning.autotune(CONFIGS, key=["n"], variant=_variant)

@@ -32,13 +32,13 @@ from ..common.strided import pow2
 # Launch heuristic: up to 512 state elements per program; the autotuner chooses the warps.
 GPU_STATE_BLOCK = 512
 CONFIGS = [triton.Config({}, num_warps=4, num_stages=3), triton.Config({}, num_warps=8, num_stages=3)]
-STATE_BLOCKS = (1, 4, 16)  # the resource table's state blocks: a launch counts as the next one up
+STATE_BLOCKS = (1, 16)  # the resource table's state blocks: a launch counts as the next one up
 
 
 def _variant(args) -> str:
     """``'fp16 N<=4'``: the resource table's name of a launch, measured with every optional input
     and ``GPU_STATE_BLOCK`` state elements (the most a launch has)."""
-    return f"{args['u_ptr'][1:]} N<={tuning.bucket(args['BLOCK_N'], STATE_BLOCKS)}"
+    return f"{args['u_ptr'][1:]} N{tuning.bucket(args['BLOCK_N'], STATE_BLOCKS)}"
 
 
 @triton.jit

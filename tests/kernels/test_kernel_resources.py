@@ -128,32 +128,43 @@ def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monke
     assert tuning.fitting_configs(t, variant, t.configs, (12, 0)) == [t.configs[0]]
 
 
-def test_nothing_fitting_raises_a_clear_error(monkeypatch):
+def test_nothing_fitting_raises_a_clear_error(resource_table):
     t = vanilla._fwd_kernel.tuning
     names = [tuning.row_name(t.kernel_id, "v", c) for c in t.configs]
     huge = {f"sm_{a}": {"shared": 10**6, "registers": 0, "spills": 0} for a in tuning.ARCHS}
-    monkeypatch.setattr(tuning, "resource_table", lambda: dict.fromkeys(names, huge))
+    resource_table(dict.fromkeys(names, huge))
     with pytest.raises(RuntimeError, match="no launch configuration .* fits sm_86.*PPMA_BACKEND=torch"):
         tuning.fitting_configs(t, "v", t.configs, (8, 6))
     assert tuning.unfit_variants(("polyline_attention.vanilla",), (8, 6)) == [f"{t.kernel_id} | v"]
 
 
 CHECK = r"""
-import json, subprocess, sys
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import kernel_resources as tool
+from ppma.kernels.common import tuning
 from ppma.kernels.polyline_attention import vanilla
-rows = json.loads(sys.argv[1])
-tool = subprocess.run([sys.executable, sys.argv[2], "--archs", "90", "--jobs", "2", "--rows", *rows],
-                      capture_output=True, text=True, check=True)
+
+measured = tool.measure({name: tool.all_rows()[name] for name in json.loads(sys.argv[1])}, [90], jobs=2)
+# Head dims above the table's 32 run the first configuration: fp32 3-D at head dim 128, both kernels.
+first = {}
+for kernel in (vanilla._fwd_kernel, vanilla._bwd_kernel):
+    pointers = {name: "*fp32" for name in ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "Ga", "Gb", "Gc", "O1", "LSE",
+                                           "STATS_PTR", "DQ", "dGa", "dGb", "dGc")}
+    constexprs = dict(IS_3D=True, PAPER=False, PRECISION="ieee", BLOCK_D=128, BLOCK_DV=128)
+    case = tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)[0]
+    first[case.name] = {f"sm_{arch}": tool.compile_case(case, arch) for arch in (86, 90)}
 kernel = vanilla._fwd_kernel
 wiring = dict(key=kernel.keys, prunes=kernel.early_config_prune is not None, configs=len(kernel.configs))
-print(json.dumps(dict(measured=json.loads(tool.stdout.strip().splitlines()[-1]), wiring=wiring)))
+print(json.dumps(dict(measured=measured, first=first, wiring=wiring)))
 """
 
 
 def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
     """The vanilla forward at the H200's failing launches (3-D, fp32 both forms, fp16), every
     configuration pruning keeps on sm_90, and one row of every other kernel: compiled again for
-    sm_90, same shared memory, registers and spills as the table, within the limit."""
+    sm_90, same shared memory, registers and spills as the table, within the limit. And the
+    first configuration at head dim 128 (no table rows: it runs alone) fits sm_86 and sm_90."""
     t = vanilla._fwd_kernel.tuning
     rows = []
     for dtype, form in (("fp32", "official"), ("fp32", "paper"), ("fp16", "official")):
@@ -168,7 +179,7 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
                             ("polyline_scan.decay_scan._decay_scan_fwd_kernel", "bf16 acc fp32")):
         rows.append(next(n for n in table if n.startswith(f"{kernel} | {variant} | ")))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(rows), str(TOOL)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(rows), str(TOOL.parent)], env=env, capture_output=True,
                           text=True, timeout=900, check=False)
     if proc.returncode != 0 and "No module named 'triton.backends.nvidia" in proc.stderr:
         pytest.skip("this Triton build has no NVIDIA backend")
@@ -178,6 +189,12 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
         got = result["measured"][name]["sm_90"]
         assert got == table[name]["sm_90"], name
         assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[90], name
+    # What a head dim the table lacks runs: the first configuration, within the smallest limit.
+    assert len(result["first"]) == 2
+    for name, by_arch in result["first"].items():
+        assert "d>32 | BLOCK_M=16 BLOCK_N=16" in name
+        for arch, got in by_arch.items():
+            assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[int(arch[3:])], (name, arch, got)
     # Outside the interpreter the autotuner has every configuration, prunes, and keys on the variant.
     wiring = result["wiring"]
     assert wiring["prunes"] and wiring["configs"] == len(t.configs)
