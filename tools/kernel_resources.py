@@ -4,7 +4,7 @@ architecture, without a GPU.
     python tools/kernel_resources.py [--jobs N]
     python tools/kernel_resources.py --rows NAME [NAME ...] --archs 90   # print, write nothing
 
-Compiles each kernel module's ``compile_cases()`` (``ppma.kernels``; the cases of every
+Compiles each kernel module's ``compile_cases()`` (``KERNEL_MODULES``; the cases of every
 configuration its autotuner may choose) with ``triton.compile`` for sm_80, sm_86, sm_89 and sm_90
 in a process pool, reading ``metadata.shared`` and ptxas's register and spill counts. Writes the
 table the pruning reads (``kernels/common/resources.json``) and the marked section of
@@ -36,9 +36,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ppma.kernels.common.tuning import ARCHS, RESOURCES_PATH, SHARED_MEMORY_LIMIT
+from ppma.kernels.common.tuning import ARCHS, KERNEL_MODULES, RESOURCES_PATH, SHARED_MEMORY_LIMIT
 
-MODULES = ("polyline_attention.vanilla", "polyline_attention.line", "selective_scan.scan", "polyline_scan.decay_scan")
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- kernel_resources: begin -->", "<!-- kernel_resources: end -->"
 
@@ -46,13 +45,12 @@ BEGIN, END = "<!-- kernel_resources: begin -->", "<!-- kernel_resources: end -->
 @functools.cache
 def cases(module: str) -> dict:
     """``{row name: CompileCase}`` of ``ppma.kernels.<module>``."""
-    found = {c.name: c for c in importlib.import_module(f"ppma.kernels.{module}").compile_cases()}
-    return found
+    return {c.name: c for c in importlib.import_module(f"ppma.kernels.{module}").compile_cases()}
 
 
 def all_rows() -> dict[str, str]:
     """``{row name: module}`` of every kernel module."""
-    return {name: module for module in MODULES for name in cases(module)}
+    return {name: module for module in KERNEL_MODULES for name in cases(module)}
 
 
 def compile_case(case, arch: int) -> dict:
