@@ -9,7 +9,7 @@ An op registers itself once, in its own folder (``ppma/ops/<op>/op.py``)::
         reference=polyline_scan_reference,          # plain PyTorch, what every backend is tested against
         fake=lambda x, *rest: torch.empty_like(x),  # output metadata (torch.compile, FLOP tracing)
         flops=polyline_scan_flops,                  # FLOP formula, terms by name
-        kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+        kernels=[Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",)))],
     )
 
     def polyline_scan(x, log_alpha, log_beta, order="both", log_gamma=None, backend=None):
@@ -79,6 +79,10 @@ def cpu_only(device: torch.device) -> str | None:
     return None if torch.device(device).type == "cpu" else "the cpu backend runs on CPU tensors"
 
 
+def _no_note(device: torch.device) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A kernel of an op.
@@ -86,13 +90,15 @@ class Kernel:
     ``backend``: its name (one of :data:`KERNEL_BACKENDS`); ``unavailable(device)``: None when it
     can run on ``device``, else the reason; ``load()``: imports it (only when selected) and returns
     its :class:`Impl`; ``auto(device)``: whether ``auto`` may pick it there (False where it only
-    runs emulated, as Triton's CPU interpreter).
+    runs emulated, as Triton's CPU interpreter); ``configurations(device)``: a note on its launch
+    configurations there (those pruned because they do not fit), None when there is nothing to say.
     """
 
     backend: str
     unavailable: Callable[[torch.device], str | None]
     load: Callable[[], Impl]
     auto: Callable[[torch.device], bool] = _always
+    configurations: Callable[[torch.device], str | None] = _no_note
 
 
 @dataclass(frozen=True)
@@ -271,7 +277,8 @@ def select_backend(op: str, device: torch.device | str, backend: str | None = No
 def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, str]]:
     """Per registered op: the backend selected on ``device`` (``PPMA_BACKEND``, else auto) and,
     per kernel backend, ``'available'``, ``'available (not picked by auto)'``, the reason it is
-    not, or ``'no kernel'``.
+    not, or ``'no kernel'``; under ``'<backend> configurations'``, the kernel's note on its launch
+    configurations on ``device`` when it has one (e.g. those pruned for lack of shared memory).
 
     >>> backend_report("cpu")["polyline_scan"]
     {'selected': 'torch', 'cpu': 'no kernel', 'triton': "Triton kernels run on CUDA tensors (or ...)"}
@@ -290,5 +297,8 @@ def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, st
             if reason is None:
                 reason = "available" if kernel.auto(device) else "available (not picked by auto)"
             row[backend] = reason
+            note = kernel.configurations(device) if kernel is not None else None
+            if note is not None:
+                row[f"{backend} configurations"] = note
         report[name] = row
     return report

@@ -16,7 +16,7 @@ import functools
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from ..selective_scan.chunked import selective_scan_chunked
@@ -93,7 +93,7 @@ SELECTIVE_OP = register(
     fake=lambda x, *rest: x.new_empty(x.shape, dtype=torch.float32),
     flops=_cross_selective_scan_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("triton", load=_load_triton, **triton_checks(("selective_scan.scan",))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from .._autocast import autocast_inputs
 from .._checks import check_choice, check_decays, check_grid_tensor
@@ -83,7 +83,7 @@ OP = register(
     fake=_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("triton", load=_load_triton, **triton_checks(("polyline_attention.vanilla", "polyline_attention.line"))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )

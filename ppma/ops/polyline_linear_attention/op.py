@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import check_decays, check_grid_tensor
 from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
@@ -66,7 +66,7 @@ OP = register(
     backward_fake=_backward_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )

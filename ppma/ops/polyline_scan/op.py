@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import ORDERS, check_choice, check_decays, check_grid_tensor
 from ..registry import Impl, Kernel, register, select_backend
@@ -55,7 +55,7 @@ OP = register(
     fake=lambda x, log_alpha, log_beta, order, log_gamma: torch.empty_like(x),
     backward_fake=_backward_fake,
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+    kernels=[Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",)))],
 )
 
 

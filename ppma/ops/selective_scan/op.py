@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
@@ -71,7 +71,7 @@ OP = register(
     fake=_fake,
     flops=selective_scan_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
+        Kernel("triton", load=_load_triton, **triton_checks(("selective_scan.scan",))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )
