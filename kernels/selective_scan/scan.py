@@ -162,6 +162,18 @@ def _tile_inputs(u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_o
     return x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok
 
 
+def _variant(args) -> str:
+    """``'bf16 N<=16'``: the resource table's name of a launch (:mod:`~ppma.kernels.common.tuning`):
+    its dtype, its state block, ``routes`` on VMamba's routes, ``plain`` without any of ``D``,
+    ``z``, ``delta_bias``, softplus (a launch with some counts as one with all)."""
+    name = f"{args['u_ptr'][1:]} N{tuning.bucket(args['BLOCK_N'], (1, 16))}"
+    if args["ROUTES"]:
+        return f"{name} routes"
+    options = ("HAS_D", "HAS_Z", "HAS_BIAS", "SOFTPLUS")
+    return name if any(args[k] for k in options) else f"{name} plain"
+
+
+@tuning.autotune(FWD_CONFIGS, key=["L", "dpg", "N", "G"], variant=_variant, prune=_prune_fwd)
 @triton.jit
 def _selective_scan_fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
@@ -204,6 +216,7 @@ def _selective_scan_fwd_kernel(
     tl.store(last_ptr + bd[:, None] * N + n[None, :], h0, mask=dn_ok)
 
 
+@tuning.autotune(BWD_CONFIGS, key=["L", "dpg", "N", "G", "slice_len"], variant=_variant, prune=_prune_bwd)
 @triton.jit
 def _selective_scan_bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, gy_ptr, glast_ptr, ckpt_ptr, carry_ptr,
@@ -296,14 +309,6 @@ def _selective_scan_bwd_kernel(
         tl.store(gC_ptr + gbc + p[None, :], gC, mask=n_ok[:, None] & t_ok[None, :])
 
 
-# Keyed on the sizes and on the launch constexprs that change the code (the tile, the layout).
-_KEY = ["L", "dpg", "N", "G", "BLOCK_T", "ROUTES", "HAS_Z", "HAS_D", "HAS_BIAS", "SOFTPLUS"]
-_fwd = tuning.autotune(FWD_CONFIGS, key=_KEY,
-                       prune_configs_by={"early_config_prune": _prune_fwd})(_selective_scan_fwd_kernel)
-_bwd = tuning.autotune(BWD_CONFIGS, key=[*_KEY, "slice_len", "HAS_GLAST"],
-                       prune_configs_by={"early_config_prune": _prune_bwd})(_selective_scan_bwd_kernel)
-
-
 def tile_length(length: int, n_state: int, elements: int = TILE_ELEMENTS) -> int:
     """Time steps per tile: a power of two ``T``, at most ``elements / N`` and ``L`` rounded up,
     the one of the four largest that costs least, ``n_tiles * (T + 32 + 16 N)``: the padded steps
@@ -393,7 +398,7 @@ def launch_forward(p: Problem, y: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     def grid(meta):
         return p.batch * p.groups, triton.cdiv(p.dpg, meta["BLOCK_D"])
 
-    _fwd[grid](*p.tensors, y, last, tile_states, *p.sizes, *p.strides, **p.flags)
+    _selective_scan_fwd_kernel[grid](*p.tensors, y, last, tile_states, *p.sizes, *p.strides, **p.flags)
     return last, tile_states
 
 
@@ -409,7 +414,7 @@ def launch_backward(p: Problem, grad_y, grad_last, tile_states, gu, gdelta, gz):
     gD, gbias = p.states(p.n_tiles), p.states(p.n_tiles)
     carry = p.states(p.n_state)
     has_glast = grad_last is not None
-    _bwd[(p.batch * p.groups, n_slices)](
+    _selective_scan_bwd_kernel[(p.batch * p.groups, n_slices)](
         *p.tensors, grad_y, grad_last.contiguous() if has_glast else carry, tile_states.contiguous(), carry,
         gu, gdelta, gz, gB, gC, gA, gD, gbias, *p.sizes, slice_len, *p.strides, *p.grad_strides,
         HAS_GLAST=has_glast, **p.flags,
@@ -505,34 +510,34 @@ def _largest_tile(config: triton.Config, block_n: int, per_thread: int, elements
 def compile_cases() -> list[tuning.CompileCase]:
     """Every configuration of both kernels at its longest tile, for fp32, fp16 and bf16 inputs,
     ``N`` of 1 and 16: on ``(batch, dim, L)`` sequences (time strides 1, as contiguous inputs
-    specialize) with and without ``D``, ``z``, ``delta_bias`` and softplus; along VMamba's routes
-    (channel strides 1, ``D``, ``delta_bias``, softplus, tiles of at most ``ROUTE_TILE_ELEMENTS``)."""
+    specialize) with every optional input and with none (``plain``); along VMamba's routes
+    (channel strides 1, ``D``, ``delta_bias``, softplus, tiles of at most ``ROUTE_TILE_ELEMENTS``).
+    Named ``'<kernel> | <variant> | <config>'`` (:func:`_variant`)."""
     from .routes import ROUTE_TILE_ELEMENTS
 
     sequences = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
-    variants = [  # (name, unit strides, options, tile elements)
-        ("D,z,bias", "t", dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, ROUTES=False), TILE_ELEMENTS),
-        ("plain", "t", dict(HAS_D=False, HAS_Z=False, HAS_BIAS=False, SOFTPLUS=False, ROUTES=False), TILE_ELEMENTS),
-        ("routes", "d", dict(HAS_D=True, HAS_Z=False, HAS_BIAS=True, SOFTPLUS=True, ROUTES=True), ROUTE_TILE_ELEMENTS),
+    variants = [  # (unit-stride axis, options, tile elements)
+        ("t", dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, ROUTES=False), TILE_ELEMENTS),
+        ("t", dict(HAS_D=False, HAS_Z=False, HAS_BIAS=False, SOFTPLUS=False, ROUTES=False), TILE_ELEMENTS),
+        ("d", dict(HAS_D=True, HAS_Z=False, HAS_BIAS=True, SOFTPLUS=True, ROUTES=True), ROUTE_TILE_ELEMENTS),
     ]
     cases = []
-    for kernel, configs, per_thread, extra in ((_selective_scan_fwd_kernel, FWD_CONFIGS, FWD_ELEMENTS_PER_THREAD, {}),
-                                               (_selective_scan_bwd_kernel, BWD_CONFIGS, BWD_ELEMENTS_PER_THREAD,
-                                                {"HAS_GLAST": True})):
-        direction = "bwd" if extra else "fwd"
+    for tuned, prune_budget, extra in ((_selective_scan_fwd_kernel, FWD_ELEMENTS_PER_THREAD, {}),
+                                       (_selective_scan_bwd_kernel, BWD_ELEMENTS_PER_THREAD, {"HAS_GLAST": True})):
+        kernel = tuned.fn
         for dtype in ("fp32", "fp16", "bf16"):
-            for variant, axis, options, elements in variants:
+            for axis, options, elements in variants:
                 unit = {name: 1 for name in (f"s{family}_{'n' if family == 'bc' and axis == 'd' else axis}"
                                              for family in ("u", "d", "bc", "y", "g")) if name in kernel.arg_names}
                 signature = {name: (f"*{dtype}" if name in sequences else "*fp32") if name.endswith("_ptr") else "i32"
                              for name, p in zip(kernel.arg_names, kernel.params)
                              if not p.is_constexpr and name not in unit}
                 for block_n in (1, 16):
-                    for config in configs:
-                        block_t = _largest_tile(config, block_n, per_thread, elements)
-                        constexprs = dict(unit, **options, **extra, BLOCK_N=block_n, BLOCK_T=block_t, **config.kwargs)
-                        name = (f"selective_scan_{direction} {dtype} N={block_n} {variant} T={block_t} "
-                                f"D={config.kwargs['BLOCK_D']} w={config.num_warps}")
-                        cases.append(tuning.CompileCase(name, kernel, signature, constexprs,
-                                                        config.num_warps, config.num_stages))
+                    launch = dict(unit, **options, **extra, BLOCK_N=block_n)
+                    variant = _variant({**signature, **launch})
+                    for config in tuned.tuning.configs:
+                        block_t = _largest_tile(config, block_n, prune_budget, elements)
+                        cases.append(tuning.CompileCase(
+                            tuning.row_name(tuned.tuning.kernel_id, variant, config), kernel, signature,
+                            dict(launch, BLOCK_T=block_t, **config.kwargs), config.num_warps, config.num_stages))
     return cases

@@ -148,8 +148,8 @@ def test_backward_does_not_scan_again(monkeypatch):
     forward+backward, and ``y`` alone (no ``last_state``) still gets every gradient."""
     inputs = random_inputs(1, 4, 2, 11, 1, torch.float32, DEVICE, D=True)
     leaves = {k: None if v is None else v.detach().clone().requires_grad_() for k, v in inputs.items()}
-    forward_kernel = LaunchCounter(scan._fwd)
-    monkeypatch.setattr(scan, "_fwd", forward_kernel)
+    forward_kernel = LaunchCounter(scan._selective_scan_fwd_kernel)
+    monkeypatch.setattr(scan, "_selective_scan_fwd_kernel", forward_kernel)
     y, last = selective_scan(**leaves, return_last_state=True, backend="triton")
     grads = torch.autograd.grad(y.square().sum(), [v for v in leaves.values() if v is not None])
     assert forward_kernel.launches == 1
