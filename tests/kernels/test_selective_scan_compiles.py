@@ -34,12 +34,12 @@ from ppma.kernels.selective_scan import compile_cases
 UNALIGNED = ("N", "G", "n_tiles", "height", "width")  # sizes not multiples of 16 in general
 picked = {}
 for case in compile_cases():  # bf16; the first configuration (the routes: the first 16 channels wide)
-    kernel, dtype, n_state, variant, tile, block_d = case.name.split()[:6]
-    routes = variant == "routes" and n_state == "N=1" and block_d == "D=16"
-    if dtype == "bf16" and (variant == "D,z,bias" or routes):
-        picked.setdefault((kernel, n_state, variant), case)
+    kernel, variant, config = case.name.split(" | ")
+    routes = variant == "bf16 N<=1 routes" and config.startswith("BLOCK_D=16 ")
+    if variant in ("bf16 N<=1", "bf16 N<=16") or routes:
+        picked.setdefault((kernel, variant), case)
 out = {}
-for arch, keys in ((90, list(picked)), (80, [k for k in picked if k[1:] == ("N=1", "D,z,bias")])):
+for arch, keys in ((90, list(picked)), (80, [k for k in picked if k[1] == "bf16 N<=1"])):
     ptxas = get_ptxas(arch)
     ptxas = getattr(ptxas, "path", None) or ptxas[0]
     for case in (picked[k] for k in keys):
@@ -56,7 +56,7 @@ for arch, keys in ((90, list(picked)), (80, [k for k in picked if k[1:] == ("N=1
         gpu = f"sm_{arch}a" if arch == 90 else f"sm_{arch}"
         log = subprocess.run([ptxas, "-lineinfo", "-v", f"--gpu-name={gpu}", f.name, "-o", f.name + ".o"],
                              capture_output=True, text=True, check=True).stderr
-        out[f"sm_{arch} {case.name}"] = dict(
+        out[f"sm_{arch} | {case.name} | BLOCK_T={case.constexprs['BLOCK_T']}"] = dict(
             registers=int(re.search(r"Used (\d+) registers", log).group(1)),
             spills=int(re.search(r"(\d+) bytes spill stores", log).group(1)),
             shared=compiled.metadata.shared,
@@ -92,5 +92,5 @@ def test_tiles_load_with_vector_instructions(resources):
     ``dt`` one step ahead (unaligned), the routes' ``B``/``C`` with ``N = 1`` are one value a position."""
     for name, r in resources.items():
         assert r["vector_loads"] > 0, f"{name}: {r}"
-        if "fwd" in name and "N=1 D,z,bias" in name:
+        if "_fwd_kernel | bf16 N<=1 |" in name:
             assert r["scalar_16bit_loads"] == 0, f"{name}: {r}"
