@@ -142,24 +142,29 @@ def _channel_params(A_ptr, D_ptr, bias_ptr, d, d_ok, n, n_ok, N, HAS_D: tl.const
 
 
 @triton.jit
-def _tile_inputs(u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
-                 su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t,
-                 HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
-    """One tile's fp32 inputs: ``x``, ``pre``, ``dt`` ``(BLOCK_D, BLOCK_T)``, ``Bt``, ``Ct``
-    ``(BLOCK_N, BLOCK_T)``, decays ``a`` and inputs ``bx`` ``(BLOCK_D, BLOCK_N, BLOCK_T)``, the
-    ``u`` offsets and the tile's mask. ``p``: the tile's positions (:func:`_positions`)."""
+def _bc_tile(B_ptr, C_ptr, b, g, n, n_ok, p, t_ok, sbc_b, sbc_g, sbc_n, sbc_t):
+    """fp32 ``B`` and ``C`` of group ``g`` at the tile's positions ``p``: ``(BLOCK_N, BLOCK_T)``."""
+    bc_off = _offsets(b, g, n, p, sbc_b, sbc_g, sbc_n, sbc_t)
+    nt_ok = n_ok[:, None] & t_ok[None, :]
+    Bt = tl.load(B_ptr + bc_off, mask=nt_ok, other=0.0).to(tl.float32)
+    Ct = tl.load(C_ptr + bc_off, mask=nt_ok, other=0.0).to(tl.float32)
+    return Bt, Ct
+
+
+@triton.jit
+def _tile_inputs(u_ptr, delta_ptr, Bt, b, g, jd, d_ok, p, t_ok, A, bias,
+                 su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+    """One channel block's fp32 tile inputs: ``x``, ``pre``, ``dt`` ``(BLOCK_D, BLOCK_T)``, decays
+    ``a`` and inputs ``bx`` ``(BLOCK_D, BLOCK_N, BLOCK_T)``, the ``u`` offsets and the tile's
+    mask. ``p``: the tile's positions (:func:`_positions`); ``Bt``: :func:`_bc_tile`'s ``B``."""
     dt_ok = d_ok[:, None] & t_ok[None, :]
     u_off = _offsets(b, g, jd, p, su_b, su_g, su_d, su_t)
     x = tl.load(u_ptr + u_off, mask=dt_ok, other=0.0).to(tl.float32)
     pre = tl.load(delta_ptr + _offsets(b, g, jd, p, sd_b, sd_g, sd_d, sd_t), mask=dt_ok, other=0.0).to(tl.float32)
     pre, dt = _dt(pre, dt_ok, bias, HAS_BIAS, SOFTPLUS)
-    bc_off = _offsets(b, g, n, p, sbc_b, sbc_g, sbc_n, sbc_t)
-    nt_ok = n_ok[:, None] & t_ok[None, :]
-    Bt = tl.load(B_ptr + bc_off, mask=nt_ok, other=0.0).to(tl.float32)
-    Ct = tl.load(C_ptr + bc_off, mask=nt_ok, other=0.0).to(tl.float32)
     a = tl.exp(dt[:, None, :] * A[:, :, None])
     bx = (dt * x)[:, None, :] * Bt[None, :, :]
-    return x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok
+    return x, pre, dt, a, bx, u_off, dt_ok
 
 
 def _variant(args) -> str:
@@ -202,9 +207,9 @@ def _selective_scan_fwd_kernel(
         t = k * BLOCK_T + tt
         t_ok = t < L
         p = _positions(t, g, L, height, width, ROUTES)
-        x, _, _, _, Ct, a, bx, u_off, dt_ok = _tile_inputs(
-            u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
-            su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, HAS_BIAS, SOFTPLUS)
+        Bt, Ct = _bc_tile(B_ptr, C_ptr, b, g, n, n_ok, p, t_ok, sbc_b, sbc_g, sbc_n, sbc_t)
+        x, _, _, a, bx, u_off, dt_ok = _tile_inputs(u_ptr, delta_ptr, Bt, b, g, jd, d_ok, p, t_ok, A, bias,
+                                                    su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, HAS_BIAS, SOFTPLUS)
         ca, cb = tl.associative_scan((a, bx), 2, _linear)
         h = cb + ca * h0[:, :, None]
         y = tl.sum(h * Ct[None, :, :], axis=1) + Dv[:, None] * x
@@ -252,6 +257,7 @@ def _selective_scan_bwd_kernel(
         t1_ok = t + 1 < L
         gB = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
         gC = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
+        Bt, Ct = _bc_tile(B_ptr, C_ptr, b, g, n, n_ok, p, t_ok, sbc_b, sbc_g, sbc_n, sbc_t)  # every block's
         tl.debug_barrier()  # the carries stored for the tile after this one are read below
         for i in range(0, n_blocks):  # channels first + i BLOCK_D ...: a multiple of BLOCK_D, for vector loads
             jd = first + i * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -259,9 +265,9 @@ def _selective_scan_bwd_kernel(
             d = g * dpg + jd
             dn_ok = d_ok[:, None] & n_ok[None, :]
             A, bias, Dv = _channel_params(A_ptr, D_ptr, bias_ptr, d, d_ok, n, n_ok, N, HAS_D, HAS_BIAS, BLOCK_D)
-            x, pre, dt, Bt, Ct, a, bx, u_off, dt_ok = _tile_inputs(
-                u_ptr, delta_ptr, B_ptr, C_ptr, b, g, jd, d_ok, n, n_ok, p, t_ok, A, bias,
-                su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, sbc_b, sbc_g, sbc_n, sbc_t, HAS_BIAS, SOFTPLUS)
+            x, pre, dt, a, bx, u_off, dt_ok = _tile_inputs(
+                u_ptr, delta_ptr, Bt, b, g, jd, d_ok, p, t_ok, A, bias,
+                su_b, su_g, su_d, su_t, sd_b, sd_g, sd_d, sd_t, HAS_BIAS, SOFTPLUS)
             bd = b.to(tl.int64) * dim + d
             dn = bd[:, None] * N + n[None, :]
             h0 = tl.load(ckpt_ptr + (bd * n_tiles + k)[:, None] * N + n[None, :], mask=dn_ok, other=0.0)
@@ -477,9 +483,9 @@ def modelled_bytes(batch: int, dim: int, n_state: int, length: int, groups: int,
     ``minimum``: read ``u``, ``delta``, ``B``, ``C``, ``z`` and write ``y``; with ``backward``, read
     them again with ``dy`` and write their gradients. ``triton``: the same plus the tile-start
     states (written forward, read backward), the backward's per-tile sums and adjoint carries, its
-    per-slice ``dB``/``dC`` in fp32 and their sum (``B``/``C`` read once per channel block are
-    counted once: they stay in L2). ``A``, ``D``, ``delta_bias`` are left out (``dim * N`` values).
-    """
+    per-slice ``dB``/``dC`` in fp32 and their sum (``B``/``C``, read again by every program of a
+    group, forward per channel block and backward per channel slice, are counted once: L2 hits).
+    ``A``, ``D``, ``delta_bias`` are left out (``dim * N`` values)."""
     seq = batch * dim * length * itemsize
     bc = 2 * batch * groups * n_state * length * itemsize  # B and C
     inputs = (3 if has_z else 2) * seq + bc  # u, delta (z), B, C
