@@ -3,9 +3,11 @@
 Per channel ``d`` (group ``g = d // (dim // G)``) and state index ``n``:
 ``h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t``, ``y_t = (C_t . h_t + D u_t) * silu(z_t)``.
 
-Layout: ``u``, ``delta``, ``z`` are ``(batch, dim, L)`` and ``B``, ``C`` ``(batch, G, N, L)``
-views of any strides (each family passes its own, :class:`Strides`); ``y`` and the gradients are
-written contiguous. Time is walked in tiles of ``BLOCK_T`` steps (:func:`tile_length`): a program
+Layout (:class:`Layout`): ``u``, ``delta``, ``z`` are ``(batch, dim, L)`` and ``B``, ``C``
+``(batch, G, N, L)`` views of any strides (each family passes its own :class:`Strides`); ``y`` and
+the gradients are written through the layout's output strides (contiguous on sequences). With
+``ROUTES`` the groups are VMamba's four routes over a channels-last map, step ``t`` of route ``g``
+at the map position the route visits then (:mod:`.routes`). Time is walked in tiles of ``BLOCK_T`` steps (:func:`tile_length`): a program
 loads ``(BLOCK_D, BLOCK_T)`` tiles of ``u``, ``delta``, ``z`` and ``(BLOCK_N, BLOCK_T)`` tiles of
 ``B``, ``C`` along the time axis (contiguous, so the loads coalesce and vectorize), runs the
 recurrence over the tile in registers as an associative scan of ``(decay, input)`` pairs over
@@ -39,7 +41,9 @@ from ..common.strided import pow2
 TILE_ELEMENTS = 2048
 # Registers: a configuration may run a tile when its fp32 (BLOCK_D, max(BLOCK_N, 2), BLOCK_T) array
 # takes at most this many elements per thread (N = 1 counts as 2: its (BLOCK_D, BLOCK_T) arrays
-# are as large as the 3-D ones, and there are more of them). Set from ptxas: no spills on sm_80/sm_90.
+# are as large as the 3-D ones, and there are more of them). Set from ptxas -v for sm_90: at these
+# budgets the configurations compile without spills, but for a few where ptxas keeps 4 to 12 bytes
+# of loop invariants in local memory.
 FWD_ELEMENTS_PER_THREAD = 16
 BWD_ELEMENTS_PER_THREAD = 8
 # Backward: aim for this many programs (batch x groups x channel slices) to fill the GPU.
@@ -530,20 +534,19 @@ def compile_cases() -> list[tuning.CompileCase]:
     cases = []
     for tuned, prune_budget, extra in ((_selective_scan_fwd_kernel, FWD_ELEMENTS_PER_THREAD, {}),
                                        (_selective_scan_bwd_kernel, BWD_ELEMENTS_PER_THREAD, {"HAS_GLAST": True})):
-        kernel = tuned.fn
         for dtype in ("fp32", "fp16", "bf16"):
             for axis, options, elements in variants:
+                full = tuning.signature(tuned, {})  # every non-constexpr argument
+                full.update({name: f"*{dtype}" if name in sequences else "*fp32" for name in full if name.endswith("_ptr")})
                 unit = {name: 1 for name in (f"s{family}_{'n' if family == 'bc' and axis == 'd' else axis}"
-                                             for family in ("u", "d", "bc", "y", "g")) if name in kernel.arg_names}
-                signature = {name: (f"*{dtype}" if name in sequences else "*fp32") if name.endswith("_ptr") else "i32"
-                             for name, p in zip(kernel.arg_names, kernel.params)
-                             if not p.is_constexpr and name not in unit}
+                                             for family in ("u", "d", "bc", "y", "g")) if name in full}
+                signature = {name: kind for name, kind in full.items() if name not in unit}
                 for block_n in (1, 16):
                     launch = dict(unit, **options, **extra, BLOCK_N=block_n)
                     variant = _variant({**signature, **launch})
                     for config in tuned.tuning.configs:
                         block_t = _largest_tile(config, block_n, prune_budget, elements)
                         cases.append(tuning.CompileCase(
-                            tuning.row_name(tuned.tuning.kernel_id, variant, config), kernel, signature,
+                            tuning.row_name(tuned.tuning.kernel_id, variant, config), tuned.fn, signature,
                             dict(launch, BLOCK_T=block_t, **config.kwargs), config.num_warps, config.num_stages))
     return cases
