@@ -58,7 +58,7 @@ SHAPES = [  # (batch, dim, N, L, G, tile, options)
     (1, 12, 3, 17, 4, 4, ALL),
     (1, 8, 1, 13, 4, None, dict(D=True, delta_softplus=True)),
     (2, 5, 2, 11, 1, 2, dict(z=True, delta_bias=True)),
-    (1, 18, 16, 9, 1, 4, ALL),  # N = 16 (Vim), more channels than one backward slice
+    (1, 18, 16, 9, 1, 4, ALL),  # N = 16 (Vim)
 ]
 # Every shape in fp32; fp16 on two (the interpreter's time is the budget).
 CASES = [(*shape, torch.float32) for shape in SHAPES] + [(*SHAPES[i], torch.float16) for i in (1, 2)]
@@ -83,13 +83,18 @@ def test_kernels_match_reference(batch, dim, n_state, length, groups, tile, opti
     check(actual, reference(inputs, softplus, grad_y.float(), grad_last), inputs, seed)
 
 
-def test_gradients_are_deterministic():
-    """Two backward runs give bitwise equal gradients: the partial sums over channels, time and
-    batch are added in a fixed order (no atomics), on several tiles and backward slices."""
+def test_gradients_over_several_slices_are_deterministic(monkeypatch):
+    """Backward slices of 4 channels (3 per group here, the last one partial), several tiles: the
+    gradients match the reference, and two runs are bitwise equal (the partial sums over
+    channels, time and batch are added in a fixed order, no atomics)."""
+    monkeypatch.setattr(scan, "SLICE_MULTIPLE", 4)
+    assert scan.slice_length(1, 2, 10) == 4
+    seed = torch.initial_seed()
     inputs = random_inputs(1, 20, 2, 9, 2, torch.float32, DEVICE, **ALL)
     grad_y, grad_last = torch.randn(1, 20, 9, device=DEVICE), torch.randn(1, 20, 2, device=DEVICE)
     first, second = (run_kernels(inputs, True, grad_y, grad_last, tile=4) for _ in range(2))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+    check(first, reference(inputs, True, grad_y, grad_last), inputs, seed)
 
 
 def test_a_56x56_route_in_default_tiles():
