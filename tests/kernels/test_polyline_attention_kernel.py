@@ -143,12 +143,13 @@ def test_backward_fake_describes_the_backward(kind, grid):
     strides as the kernels' gradients (fp16 q, k, v; strided views)."""
     inputs = make_inputs(grid, torch.float16)
     grad = torch.randn(inputs[2].shape, device=DEVICE).to(torch.float16)
-    impl = implementation(get_op("polyline_attention"), "triton")
+    op = get_op("polyline_attention")
+    impl = implementation(op, "triton")
     out, residuals = impl.forward(*inputs, kind, "official")
     fakes = impl.residuals_fake(*inputs, kind, "official")
     assert [(r.shape, r.dtype) for r in residuals] == [(f.shape, f.dtype) for f in fakes]
     real = impl.backward((grad,), (out, *residuals), *inputs, kind, "official")
-    fake = impl.backward_fake((grad,), (out, *residuals), *inputs, kind, "official")
+    fake = op.backward_fake((grad,), (out, *residuals), *inputs, kind, "official")
     assert len(real) == len(fake) == len([t for t in inputs if t is not None])
     for r, f in zip(real, fake):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
