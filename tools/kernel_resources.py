@@ -14,13 +14,12 @@ table the pruning reads (``kernels/common/resources.json``) and the marked secti
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import importlib
-import io
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,10 +28,9 @@ from multiprocessing import get_context
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)  # the interpreter replaces @triton.jit at import time
-os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"  # ptxas -v: registers and spills
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernel_resources_")  # fresh: a cache hit prints no log
 
 import triton
+from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -53,21 +51,31 @@ def all_rows() -> dict[str, str]:
     return {name: module for module in KERNEL_MODULES for name in cases(module)}
 
 
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """``(registers, spill-store bytes)`` that ``ptxas -v`` reports for ``ptx`` on ``sm_<arch>``,
+    with the options Triton compiles with."""
+    gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "kernel.ptx"
+        source.write_text(ptx)
+        log = subprocess.run([knobs.nvidia.ptxas.path, "-lineinfo", "-v", "--regAllocOptLevel=2", f"--gpu-name={gpu}",
+                              str(source), "-o", str(source.with_suffix(".cubin"))],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.findall(r"Used (\d+) registers", log)
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    if not registers:
+        raise RuntimeError(f"no ptxas register count for sm_{arch}:\n{log}")
+    return int(registers[-1]), int(spills[-1]) if spills else 0
+
+
 def compile_case(case, arch: int) -> dict:
     """``{'shared', 'registers', 'spills'}`` of a ``CompileCase`` compiled for ``sm_<arch>``."""
     signature = {**case.signature, **{k: "constexpr" for k in case.constexprs}}
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log):
-        compiled = triton.compile(ASTSource(fn=case.kernel, signature=signature, constexprs=case.constexprs),
-                                  target=GPUTarget("cuda", arch, 32),
-                                  options=dict(num_warps=case.num_warps, num_stages=case.num_stages, **case.options))
-    text = log.getvalue()
-    registers = re.findall(r"Used (\d+) registers", text)
-    spills = re.findall(r"(\d+) bytes spill stores", text)
-    if not registers:
-        raise RuntimeError(f"no ptxas register count for {case.name} on sm_{arch}:\n{text}")
-    return {"shared": compiled.metadata.shared, "registers": int(registers[-1]),
-            "spills": int(spills[-1]) if spills else 0}
+    compiled = triton.compile(ASTSource(fn=case.kernel, signature=signature, constexprs=case.constexprs),
+                              target=GPUTarget("cuda", arch, 32),
+                              options={"num_warps": case.num_warps, "num_stages": case.num_stages, **case.options})
+    registers, spills = ptxas_usage(compiled.asm["ptx"], arch)
+    return {"shared": compiled.metadata.shared, "registers": registers, "spills": spills}
 
 
 def _compile_task(task):

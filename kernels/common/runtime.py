@@ -82,5 +82,6 @@ def triton_checks(kernels: tuple[str, ...]) -> dict:
     """The device checks of an op's Triton kernel whose kernels are defined in the modules
     ``kernels`` (below ``ppma.kernels``): the ``unavailable``, ``auto`` and ``configurations``
     arguments of ``ppma.ops.registry.Kernel``."""
-    return dict(unavailable=functools.partial(triton_unavailable_reason, kernels=kernels), auto=triton_runs_natively,
-                configurations=functools.partial(triton_configuration_note, kernels=kernels))
+    return {"unavailable": functools.partial(triton_unavailable_reason, kernels=kernels),
+            "auto": triton_runs_natively,
+            "configurations": functools.partial(triton_configuration_note, kernels=kernels)}

@@ -82,21 +82,34 @@ def row_name(kernel: str, variant: str, config: triton.Config) -> str:
     return f"{kernel} | {variant} | {config_label(config)}"
 
 
-def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[dict[str, Any]], str],
+def _parameters(fn, constexpr: bool) -> list[str]:
+    """The names of the constexpr (or the other) parameters of the ``@triton.jit`` function ``fn``."""
+    params = inspect.signature(fn.fn).parameters.values()
+    return [p.name for p in params if ("constexpr" in str(p.annotation)) == constexpr]
+
+
+def _default_variant(constexprs: tuple[str, ...], args: dict[str, Any]) -> str:
+    """``'fp16 fp16 fp32 IS_3D=True ...'``: every pointer's type, then the launch constexprs."""
+    pointers = [a[1:] for a in args.values() if isinstance(a, str) and a.startswith("*")]
+    return " ".join(pointers + [f"{k}={args[k]}" for k in constexprs if k in args])
+
+
+def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[dict[str, Any]], str] | None = None,
              prune: Callable | None = None, **kwargs):
     """``triton.autotune(configs, key, **kwargs)`` that prunes, before timing, the configurations
     whose shared memory does not fit the GPU (:func:`fitting_configs`); under the interpreter,
-    ``configs[0]`` alone. ``variant``: names the launch's variant from its arguments (module doc).
-    ``prune``: the kernel's own ``early_config_prune`` (e.g. by registers at the launch's tile),
-    applied first (so a table without the launch's rows keeps the first configuration it leaves)."""
+    ``configs[0]`` alone. ``variant``: names the launch's variant from its arguments (module doc;
+    by default every pointer's type and every launch constexpr). ``prune``: the kernel's own
+    ``early_config_prune`` (e.g. by registers at the launch's tile), applied first (so a table
+    without the launch's rows keeps the first configuration it leaves)."""
 
     def decorate(fn):
-        tuning = Tuning(kernel_id(fn), tuple(configs), variant)
+        tuned_names = {name for config in configs for name in config.kwargs}
+        launch_constexprs = tuple(n for n in _parameters(fn, constexpr=True) if n not in tuned_names)
+        tuning = Tuning(kernel_id(fn), tuple(configs), variant or functools.partial(_default_variant, launch_constexprs))
         if not isinstance(fn, JITFunction):  # Triton interprets it (decided by @triton.jit)
             tuned = triton.autotune(configs=list(configs[:1]), key=key, **kwargs)(fn)
         else:
-            tuned_names = {name for config in configs for name in config.kwargs}
-            launch_constexprs = [p.name for p in fn.params if p.is_constexpr and p.name not in tuned_names]
             fit = functools.partial(_prune_for_device, tuning)
 
             def early_prune(configs, nargs, **launch):
@@ -164,8 +177,7 @@ def bucket(value: int, bounds: tuple[int, ...]) -> str:
 def signature(tuned, pointers: dict[str, str]) -> dict[str, str]:
     """The Triton types of the non-constexpr arguments of the autotuned kernel ``tuned``: the
     pointers named in ``pointers`` (``{'Q': '*fp16', ...}``), every other one ``'i32'``."""
-    params = inspect.signature(tuned.fn.fn).parameters.values()
-    return {p.name: pointers.get(p.name, "i32") for p in params if "constexpr" not in str(p.annotation)}
+    return {name: pointers.get(name, "i32") for name in _parameters(tuned.fn, constexpr=False)}
 
 
 def cases_of(tuned, signature: dict[str, str], constexprs: dict[str, Any]) -> list[CompileCase]:

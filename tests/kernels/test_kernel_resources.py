@@ -21,6 +21,8 @@ import torch
 
 pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
 
 from ppma.kernels.common import tuning  # noqa: E402
@@ -59,10 +61,12 @@ def test_the_table_has_every_compile_case_on_every_architecture(table):
         assert sorted(row) == sorted(f"sm_{a}" for a in tuning.ARCHS), name
 
 
-def test_every_kernel_variant_fits_every_architecture(table):
+def test_the_first_configuration_of_every_variant_fits_every_architecture(table):
+    """So something always fits, and a configuration left alone after pruning (launched untimed)
+    is the first one."""
     for (kernel, variant), names in variants(table).items():
         for arch in tuning.ARCHS:
-            assert any(tuning.fits(table[n], arch) for n in names), f"{kernel} {variant}: nothing fits sm_{arch}"
+            assert tuning.fits(table[names[0]], arch), f"{names[0]} does not fit sm_{arch}"
 
 
 @pytest.fixture
@@ -84,7 +88,8 @@ def launches(monkeypatch):
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="launches through the CPU interpreter")
 def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
     """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, 1 and 16
-    states, fp16 and fp64 scans) name rows of the table, with every configuration."""
+    states, fp16 and fp64 scans) name rows of the table, with every configuration; the vanilla
+    attention's paper form, which the table leaves out, runs its first configuration."""
     for dtype, grid, d in ((torch.float32, (2, 3, 4), 16), (torch.float16, (3, 5), 20)):
         q, k, v = (torch.randn(1, 1, *grid, d).to(dtype) for _ in range(3))
         decays = [-torch.rand(1, 1, *grid) for _ in grid] + [None] * (3 - len(grid))
@@ -102,8 +107,13 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
     assert {t.kernel_id for t, _ in launches} == {k.tuning.kernel_id for k in KERNELS}
     for t, variant in launches:
-        for config in t.configs:
-            assert tuning.row_name(t.kernel_id, variant, config) in table
+        names = [tuning.row_name(t.kernel_id, variant, config) for config in t.configs]
+        if "paper" in variant:  # not in the table: the first configuration runs (checked below)
+            assert not any(name in table for name in names)
+            assert all(tuning.fitting_configs(t, variant, t.configs, divmod(a, 10)) == [t.configs[0]]
+                       for a in tuning.ARCHS)
+        else:
+            assert all(name in table for name in names), variant
 
 
 def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monkeypatch):
@@ -129,6 +139,25 @@ def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monke
     assert tuning.fitting_configs(t, variant, t.configs, (12, 0)) == [t.configs[0]]
 
 
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * SCALE, mask=i < n)
+
+
+def test_the_default_variant_names_a_launch_as_its_compile_case(launches):
+    """A kernel given no ``variant``: its launches and its compile cases name the same rows."""
+    tuned = tuning.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 64})], key=["n"])(_scale_kernel)
+    cases = tuning.cases_of(tuned, tuning.signature(tuned, {"x_ptr": "*fp16", "y_ptr": "*fp32"}), {"SCALE": 3})
+    assert [c.name.split(" | ")[1] for c in cases] == ["fp16 fp32 SCALE=3"] * 2
+    assert [c.constexprs for c in cases] == [{"SCALE": 3, "BLOCK": 16}, {"SCALE": 3, "BLOCK": 64}]
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        x, y = torch.arange(20, dtype=torch.float16), torch.empty(20)
+        tuned[lambda meta: (triton.cdiv(20, meta["BLOCK"]),)](x, y, 20, SCALE=3)
+        torch.testing.assert_close(y, x.float() * 3)
+        assert launches[-1][1] == "fp16 fp32 SCALE=3"
+
+
 def test_nothing_fitting_raises_a_clear_error(resource_table):
     t = vanilla._fwd_kernel.tuning
     names = [tuning.row_name(t.kernel_id, "v", c) for c in t.configs]
@@ -147,12 +176,14 @@ from ppma.kernels.common import tuning
 from ppma.kernels.polyline_attention import vanilla
 
 measured = tool.measure({name: tool.all_rows()[name] for name in json.loads(sys.argv[1])}, [90], jobs=2)
-# Head dims above the table's 32 run the first configuration: fp32 3-D at head dim 128, both kernels.
+# Launches without rows run the first configuration alone: the paper form (3-D fp32, head dim 16,
+# an H200 failure) and head dims above the table's 32 (3-D fp32 official at 128, both kernels).
 first = {}
-for kernel in (vanilla._fwd_kernel, vanilla._bwd_kernel):
+for kernel, paper, head in ((vanilla._fwd_kernel, True, 16), (vanilla._fwd_kernel, False, 128),
+                            (vanilla._bwd_kernel, False, 128)):
     pointers = {name: "*fp32" for name in ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "Ga", "Gb", "Gc", "O1", "LSE",
                                            "STATS_PTR", "DQ", "dGa", "dGb", "dGc")}
-    constexprs = dict(IS_3D=True, PAPER=False, PRECISION="ieee", BLOCK_D=128, BLOCK_DV=128)
+    constexprs = dict(IS_3D=True, PAPER=paper, PRECISION="ieee", BLOCK_D=head, BLOCK_DV=head)
     case = tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)[0]
     first[case.name] = {f"sm_{arch}": tool.compile_case(case, arch) for arch in (86, 90)}
 kernel = vanilla._fwd_kernel
@@ -162,14 +193,15 @@ print(json.dumps(dict(measured=measured, first=first, wiring=wiring)))
 
 
 def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
-    """The vanilla forward at the H200's failing launches (3-D, fp32 both forms, fp16), the largest
-    configuration pruning keeps on sm_90, and one row of every other kernel: compiled again for
-    sm_90, same shared memory, registers and spills as the table, within the limit. And the
-    first configuration at head dim 128 (no table rows: it runs alone) fits sm_86 and sm_90."""
+    """The vanilla forward at the H200's failing launches (3-D, head dim 16: fp32 and fp16 official
+    with the largest configuration pruning keeps on sm_90; fp32 paper, which has no rows and runs
+    the first one) and one row of every other kernel: compiled again for sm_90, the same shared
+    memory, registers and spills as the table, within the limit. The first configuration at head
+    dim 128 (no rows either) fits sm_86 and sm_90 too."""
     t = vanilla._fwd_kernel.tuning
     rows = []
-    for dtype, form in (("fp32", "official"), ("fp32", "paper"), ("fp16", "official")):
-        variant = t.variant({"Q": f"*{dtype}", "IS_3D": True, "PAPER": form == "paper", "BLOCK_D": 16, "BLOCK_DV": 16})
+    for dtype in ("fp32", "fp16"):
+        variant = t.variant({"Q": f"*{dtype}", "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16})
         kept = tuning.fitting_configs(t, variant, t.configs, (9, 0))
         rows.append(tuning.row_name(t.kernel_id, variant, kept[-1]))  # the largest tile kept
     for kernel, variant in (("polyline_attention.vanilla._bwd_kernel", "bf16 3d official d<=32"),
@@ -190,10 +222,10 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
         got = result["measured"][name]["sm_90"]
         assert got == table[name]["sm_90"], name
         assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[90], name
-    # What a head dim the table lacks runs: the first configuration, within the smallest limit.
-    assert len(result["first"]) == 2
+    # What launches without rows run: the first configuration, within the limits.
+    assert len(result["first"]) == 3
     for name, by_arch in result["first"].items():
-        assert "d>32 | BLOCK_M=16 BLOCK_N=16" in name
+        assert name.endswith("| BLOCK_M=16 BLOCK_N=16 w2 s1") and ("paper" in name or "d>32" in name), name
         for arch, got in by_arch.items():
             assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[int(arch[3:])], (name, arch, got)
     # Outside the interpreter the autotuner has every configuration, prunes, and keys on the variant.
