@@ -18,8 +18,18 @@ import torch
 import triton
 import triton.language as tl
 
+from ..common.runtime import interpreted
 from ..common.strided import pow2
-from .vanilla import NUM_WARPS, _sign, default_block
+from .vanilla import _sign
+
+# Launch heuristics (not tuned on hardware); the interpreter's cost grows with the tile area.
+GPU_BLOCK = 64
+INTERPRETER_BLOCK = 16
+NUM_WARPS = 4
+
+
+def default_block() -> int:
+    return INTERPRETER_BLOCK if interpreted() else GPU_BLOCK
 
 
 @triton.jit(do_not_specialize=["n"])
