@@ -49,34 +49,37 @@ import triton.language as tl
 from ..common import tuning
 from ..common.strided import pow2
 
-# Fixed tiles of BLOCK tokens; the interpreter runs the first (small tiles keep it fast).
+# Fixed tiles of BLOCK tokens, at most MAX_COLS columns wide; the interpreter runs the first
+# (small tiles keep it fast). Registers bound the tiles: the corner tables and the weights are
+# BLOCK x COLS fp32 each.
 CONFIGS = [
-    triton.Config({"BLOCK": 32}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 32, "MAX_COLS": 32}, num_warps=2, num_stages=2),
+    triton.Config({"BLOCK": 64, "MAX_COLS": 32}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK": 64, "MAX_COLS": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 128, "MAX_COLS": 64}, num_warps=8, num_stages=2),
 ]
 TUNING_KEY = ["WP", "D", "DV", "IS_3D"]
 MIN_COLS = 16  # tl.dot's smallest tile side
 
 
-def tile_shape(block: int, wp: int) -> tuple[int, int]:
-    """``(ROWS, COLS)`` of a fixed tile of ``block`` tokens on rows padded to ``wp`` columns."""
-    cols = min(max(MIN_COLS, wp), block)
+def tile_shape(block: int, max_cols: int, wp: int) -> tuple[int, int]:
+    """``(ROWS, COLS)`` of a fixed tile of ``block`` tokens, at most ``max_cols`` wide, on rows
+    padded to ``wp`` columns."""
+    cols = min(max(MIN_COLS, wp), block, max_cols)
     return block // cols, cols
 
 
 def _with_tile_shape(kernel):
     """``kernel`` with ``ROWS`` and ``COLS`` computed from the configuration's ``BLOCK`` and ``WP``."""
     return triton.heuristics({
-        "ROWS": lambda a: tile_shape(a["BLOCK"], a["WP"])[0],
-        "COLS": lambda a: tile_shape(a["BLOCK"], a["WP"])[1],
+        "ROWS": lambda a: tile_shape(a["BLOCK"], a["MAX_COLS"], a["WP"])[0],
+        "COLS": lambda a: tile_shape(a["BLOCK"], a["MAX_COLS"], a["WP"])[1],
     })(kernel)
 
 
 def _tiles(meta, frames, height, width):
     """Fixed tiles of one ``(B, head)``: frames x row blocks x column blocks."""
-    rows, cols = tile_shape(meta["BLOCK"], meta["WP"])
+    rows, cols = tile_shape(meta["BLOCK"], meta["MAX_COLS"], meta["WP"])
     return frames * triton.cdiv(height, rows) * triton.cdiv(width, cols)
 
 
@@ -149,7 +152,8 @@ def _fwd_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     heads, T, H, W, D, DV,
     IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, WP: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, MAX_COLS: tl.constexpr,
+    ROWS: tl.constexpr, COLS: tl.constexpr,
 ):
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
@@ -180,7 +184,7 @@ def _fwd_kernel(
     for cb in range(0, tl.cdiv(W, COLS)):
         l_j = cb * COLS + col
         l_ok = l_j < W
-        a_fl, gb_fl, _ = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        a_fl, gb_fl, _sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
         for r in range(0, T * H):
             l_t = r // H
             l_i = r % H
@@ -376,7 +380,8 @@ def _bwd_dkdv_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
     IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, WP: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, MAX_COLS: tl.constexpr,
+    ROWS: tl.constexpr, COLS: tl.constexpr,
 ):
     """``DK``, ``DV_PTR``: contiguous ``(B*heads, N, d|dv)`` in ``k``'s, ``v``'s dtype."""
     dk, dv, f_n, f_ok = _bwd_pass(
@@ -399,7 +404,8 @@ def _bwd_dq_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
     IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, WP: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, MAX_COLS: tl.constexpr,
+    ROWS: tl.constexpr, COLS: tl.constexpr,
 ):
     """``DQ``: contiguous ``(B*heads, N, d)`` in ``q``'s dtype."""
     dq, _, f_n, f_ok = _bwd_pass(
@@ -412,11 +418,12 @@ def _bwd_dq_kernel(
              mask=f_ok[:, None] & (c[None, :] < D))
 
 
-def _shared_bytes_estimate(nargs, block, num_stages, backward):
+def _shared_bytes_estimate(nargs, config, backward):
     """An upper estimate of a configuration's shared memory: the pipelined loop tiles (``k``, ``v``
     or ``q``, ``dO``) of every stage and the operand tiles of the dots, at the inputs' element size."""
     size = nargs["Q"].element_size()
-    _, cols = tile_shape(block, nargs["WP"])
+    block, num_stages = config.kwargs["BLOCK"], config.num_stages
+    _, cols = tile_shape(block, config.kwargs["MAX_COLS"], nargs["WP"])
     d, dv = nargs["BLOCK_D"], nargs["BLOCK_DV"]
     loop_tiles = cols * (d + dv) * size * max(num_stages, 1)
     fixed = block * (d + dv) * size * (2 if backward else 1)
@@ -440,7 +447,7 @@ def _prune(backward):
             return configs[:1]
         limit = _device_shared_memory(device)
         fits = [c for c in configs
-                if _shared_bytes_estimate(nargs, c.kwargs["BLOCK"], c.num_stages, backward) <= limit]
+                if _shared_bytes_estimate(nargs, c, backward) <= limit]
         return fits or configs[:1]
     return prune
 
@@ -540,10 +547,11 @@ def _softmax_stats(grad, out, residuals, form):
     return torch.stack([lse[0], d_v2h, lse[1], d_h2v])
 
 
-def decay_slots(width: int, block: int) -> int:
+def decay_slots(width: int) -> int:
     """Slots of one backward pass's decay-gradient buffer: own tokens, the 3-D atomic terms, and
-    one per column block of the widest tiling (``block``: the smallest ``BLOCK`` offered)."""
-    return 2 + triton.cdiv(width, tile_shape(block, pow2(width))[1])
+    one per column block (of the configuration with the narrowest tiles)."""
+    cols = min(tile_shape(c.kwargs["BLOCK"], c.kwargs["MAX_COLS"], pow2(width))[1] for c in CONFIGS)
+    return 2 + triton.cdiv(width, cols)
 
 
 def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
@@ -558,7 +566,7 @@ def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, lo
     dq = torch.empty(bsz, heads, n, d, dtype=q.dtype, device=q.device)
     dk = torch.empty(bsz, heads, n, d, dtype=k.dtype, device=q.device)
     dvv = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=q.device)
-    slots = decay_slots(width, min(c.kwargs["BLOCK"] for c in CONFIGS))
+    slots = decay_slots(width)
     dgs = [torch.zeros(slots, 3, bsz * heads, n, dtype=torch.float32, device=q.device) for _ in range(2)]
     grid = lambda meta: (_tiles(meta, frames, height, width), bsz * heads)  # noqa: E731
     strides = (*qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3])
@@ -572,3 +580,30 @@ def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, lo
     if log_gamma is not None:
         grads.append(decay_gradient(dg[2], -3))
     return grads
+
+
+INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inputs' dtype; the other pointers fp32
+SIZES = ("heads", "T", "H", "W", "D", "DV")  # and the strides, s*: i32
+HEAD_DIMS = (16, 32, 64, 128)
+TILE_WIDTHS = (16, 64)  # WP: 14 x 14 grids' tiles (COLS = 16), and wide grids' (COLS = min(BLOCK, MAX_COLS))
+
+
+def compile_cases() -> list[tuning.CompileCase]:
+    """Every kernel (forward, ``dk``/``dv`` pass, ``dq`` pass) in fp32/fp16/bf16, 2-D/3-D, both
+    forms, head dims 16 to 128, narrow and wide grids, with every configuration."""
+    kernels = {"fwd": _fwd_kernel, "bwd_dkdv": _bwd_dkdv_kernel, "bwd_dq": _bwd_dq_kernel}
+    cases = []
+    for (label, kernel), dtype, is_3d, paper, d, wp, config in itertools.product(
+            kernels.items(), ("fp32", "fp16", "bf16"), (False, True), (False, True), HEAD_DIMS, TILE_WIDTHS, CONFIGS):
+        fn = kernel.fn  # the @triton.jit function under the tile-shape heuristics
+        rows, cols = tile_shape(config.kwargs["BLOCK"], config.kwargs["MAX_COLS"], wp)
+        consts = dict(IS_3D=is_3d, PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32", WP=wp,
+                      BLOCK_D=d, BLOCK_DV=d, **config.kwargs, ROWS=rows, COLS=cols)
+        signature = {name: "i32" if name in SIZES or name.startswith("s") else
+                     f"*{dtype}" if name in INPUT_POINTERS else "*fp32"
+                     for name, p in zip(fn.arg_names, fn.params) if not p.is_constexpr}
+        signature.update({name: "constexpr" for name in consts})
+        name = (f"vanilla.{label} {dtype} {'3d' if is_3d else '2d'} {'paper' if paper else 'official'} d={d} "
+                f"WP={wp} | BLOCK={config.kwargs['BLOCK']} MAX_COLS={config.kwargs['MAX_COLS']} w{config.num_warps}")
+        cases.append(tuning.CompileCase(name, fn, signature, consts, config.num_warps, config.num_stages))
+    return cases
