@@ -56,7 +56,7 @@ CONFIGS = [
     triton.Config({"BLOCK": 32, "MAX_COLS": 32}, num_warps=2, num_stages=2),
     triton.Config({"BLOCK": 64, "MAX_COLS": 32}, num_warps=4, num_stages=2),
     triton.Config({"BLOCK": 64, "MAX_COLS": 64}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 128, "MAX_COLS": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 128, "MAX_COLS": 32}, num_warps=8, num_stages=2),
 ]
 TUNING_KEY = ["WP", "D", "DV", "IS_3D"]
 MIN_COLS = 16  # tl.dot's smallest tile side
