@@ -49,15 +49,22 @@ import triton.language as tl
 from ..common import tuning
 from ..common.strided import pow2
 
-# Fixed tiles of BLOCK tokens, at most MAX_COLS columns wide; the interpreter runs the first
-# (small tiles keep it fast). Registers bound the tiles: the corner tables and the weights are
-# BLOCK x COLS fp32 each.
-CONFIGS = [
-    triton.Config({"BLOCK": 32, "MAX_COLS": 32}, num_warps=2, num_stages=2),
+# Fixed tiles of BLOCK tokens, at most MAX_COLS columns wide; the interpreter runs the first.
+# Registers bound the tiles: each BLOCK x COLS fp32 tile (logits, masks, probabilities, the
+# corner tables and the backward's corner sums) and the accumulators live in registers; ptxas
+# spills 32-token tiles more than 64-token ones (mma layouts), so every tile has 64 tokens or more.
+FWD_CONFIGS = [
+    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=4, num_stages=2),
     triton.Config({"BLOCK": 64, "MAX_COLS": 32}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64, "MAX_COLS": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK": 128, "MAX_COLS": 32}, num_warps=8, num_stages=2),
 ]
+BWD_CONFIGS = [
+    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 128, "MAX_COLS": 16}, num_warps=8, num_stages=2),
+]
+ACCUMULATOR_REGISTERS = 64  # fp32 accumulator registers per thread a configuration may take
 TUNING_KEY = ["WP", "D", "DV", "IS_3D"]
 MIN_COLS = 16  # tl.dot's smallest tile side
 
@@ -67,6 +74,26 @@ def tile_shape(block: int, max_cols: int, wp: int) -> tuple[int, int]:
     padded to ``wp`` columns."""
     cols = min(max(MIN_COLS, wp), block, max_cols)
     return block // cols, cols
+
+
+def accumulator_registers(config: triton.Config, width: int) -> int:
+    """fp32 registers per thread of a fixed tile's accumulators ``(BLOCK, width)`` (forward:
+    ``2 * dv`` official, ``dv`` paper; backward: ``d + dv``)."""
+    return config.kwargs["BLOCK"] * width // (32 * config.num_warps)
+
+
+def offered_configs(configs, width: int) -> list[triton.Config]:
+    """The ``configs`` whose accumulators of ``width`` fp32 columns fit
+    :data:`ACCUMULATOR_REGISTERS` (the others spill: the resource table's check); the last
+    (widest in warps) when none does."""
+    kept = [c for c in configs if accumulator_registers(c, width) <= ACCUMULATOR_REGISTERS]
+    return kept or configs[-1:]
+
+
+def _accumulator_width(nargs, backward) -> int:
+    if backward:
+        return nargs["BLOCK_D"] + nargs["BLOCK_DV"]
+    return nargs["BLOCK_DV"] * (1 if nargs["PAPER"] else 2)
 
 
 def _with_tile_shape(kernel):
@@ -438,24 +465,21 @@ def _device_shared_memory(device: torch.device) -> int:
 
 
 def _prune(backward):
-    """Keep the configurations whose estimated shared memory fits the running device (the first
-    one that fits at least, the smallest when none does)."""
+    """Keep the :func:`offered_configs` whose estimated shared memory fits the running device (the
+    first offered one when none does)."""
     def prune(configs, nargs, **kwargs):
         nargs = {**nargs, **kwargs}
-        device = nargs["Q"].device
-        if device.type != "cuda":
-            return configs[:1]
-        limit = _device_shared_memory(device)
-        fits = [c for c in configs
-                if _shared_bytes_estimate(nargs, c, backward) <= limit]
-        return fits or configs[:1]
+        offered = offered_configs(configs, _accumulator_width(nargs, backward))
+        limit = _device_shared_memory(nargs["Q"].device)
+        fits = [c for c in offered if _shared_bytes_estimate(nargs, c, backward) <= limit]
+        return fits or offered[:1]
     return prune
 
 
-_fwd = tuning.autotune(CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(False)})(_fwd_kernel)
-_bwd_dkdv = tuning.autotune(CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(True)},
+_fwd = tuning.autotune(FWD_CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(False)})(_fwd_kernel)
+_bwd_dkdv = tuning.autotune(BWD_CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(True)},
                             reset_to_zero=["DG"])(_bwd_dkdv_kernel)
-_bwd_dq = tuning.autotune(CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(True)},
+_bwd_dq = tuning.autotune(BWD_CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(True)},
                           reset_to_zero=["DG"])(_bwd_dq_kernel)
 
 
@@ -550,7 +574,7 @@ def _softmax_stats(grad, out, residuals, form):
 def decay_slots(width: int) -> int:
     """Slots of one backward pass's decay-gradient buffer: own tokens, the 3-D atomic terms, and
     one per column block (of the configuration with the narrowest tiles)."""
-    cols = min(tile_shape(c.kwargs["BLOCK"], c.kwargs["MAX_COLS"], pow2(width))[1] for c in CONFIGS)
+    cols = min(tile_shape(c.kwargs["BLOCK"], c.kwargs["MAX_COLS"], pow2(width))[1] for c in BWD_CONFIGS)
     return 2 + triton.cdiv(width, cols)
 
 
@@ -591,19 +615,28 @@ TILE_WIDTHS = (16, 64)  # WP: 14 x 14 grids' tiles (COLS = 16), and wide grids' 
 def compile_cases() -> list[tuning.CompileCase]:
     """Every kernel (forward, ``dk``/``dv`` pass, ``dq`` pass) in fp32/fp16/bf16, 2-D/3-D, both
     forms, head dims 16 to 128, narrow and wide grids, with every configuration."""
-    kernels = {"fwd": _fwd_kernel, "bwd_dkdv": _bwd_dkdv_kernel, "bwd_dq": _bwd_dq_kernel}
+    kernels = {"fwd": (_fwd_kernel, FWD_CONFIGS), "bwd_dkdv": (_bwd_dkdv_kernel, BWD_CONFIGS),
+               "bwd_dq": (_bwd_dq_kernel, BWD_CONFIGS)}
     cases = []
-    for (label, kernel), dtype, is_3d, paper, d, wp, config in itertools.product(
-            kernels.items(), ("fp32", "fp16", "bf16"), (False, True), (False, True), HEAD_DIMS, TILE_WIDTHS, CONFIGS):
-        fn = kernel.fn  # the @triton.jit function under the tile-shape heuristics
-        rows, cols = tile_shape(config.kwargs["BLOCK"], config.kwargs["MAX_COLS"], wp)
-        consts = dict(IS_3D=is_3d, PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32", WP=wp,
-                      BLOCK_D=d, BLOCK_DV=d, **config.kwargs, ROWS=rows, COLS=cols)
-        signature = {name: "i32" if name in SIZES or name.startswith("s") else
-                     f"*{dtype}" if name in INPUT_POINTERS else "*fp32"
-                     for name, p in zip(fn.arg_names, fn.params) if not p.is_constexpr}
-        signature.update({name: "constexpr" for name in consts})
-        name = (f"vanilla.{label} {dtype} {'3d' if is_3d else '2d'} {'paper' if paper else 'official'} d={d} "
-                f"WP={wp} | BLOCK={config.kwargs['BLOCK']} MAX_COLS={config.kwargs['MAX_COLS']} w{config.num_warps}")
-        cases.append(tuning.CompileCase(name, fn, signature, consts, config.num_warps, config.num_stages))
+    for label, dtype, is_3d, paper, d, wp in itertools.product(
+            kernels, ("fp32", "fp16", "bf16"), (False, True), (False, True), HEAD_DIMS, TILE_WIDTHS):
+        kernel, configs = kernels[label]
+        width = 2 * d if label != "fwd" else d * (1 if paper else 2)
+        cases += [_compile_case(label, kernel.fn, config, dtype, is_3d, paper, d, wp)
+                  for config in offered_configs(configs, width)]
     return cases
+
+
+def _compile_case(label, fn, config, dtype, is_3d, paper, d, wp) -> tuning.CompileCase:
+    """One :class:`~ppma.kernels.common.tuning.CompileCase` (``fn``: the ``@triton.jit`` function
+    under the tile-shape heuristics)."""
+    rows, cols = tile_shape(config.kwargs["BLOCK"], config.kwargs["MAX_COLS"], wp)
+    consts = dict(IS_3D=is_3d, PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32", WP=wp,
+                  BLOCK_D=d, BLOCK_DV=d, **config.kwargs, ROWS=rows, COLS=cols)
+    signature = {name: "i32" if name in SIZES or name.startswith("s") else
+                 f"*{dtype}" if name in INPUT_POINTERS else "*fp32"
+                 for name, p in zip(fn.arg_names, fn.params) if not p.is_constexpr}
+    signature.update({name: "constexpr" for name in consts})
+    name = (f"vanilla.{label} {dtype} {'3d' if is_3d else '2d'} {'paper' if paper else 'official'} d={d} "
+            f"WP={wp} | BLOCK={config.kwargs['BLOCK']} MAX_COLS={config.kwargs['MAX_COLS']} w{config.num_warps}")
+    return tuning.CompileCase(name, fn, signature, consts, config.num_warps, config.num_stages)

@@ -2,8 +2,8 @@
 
 CI runs these on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``), whose cost grows
 with programs x tiles, so grids stay small; the interpreter runs the first launch configuration
-(vanilla: fixed tiles of 32 tokens at most 32 columns wide, so a 7 x 9 grid has two image rows
-per tile, a 2 x 40 grid two column blocks per row, and partial tiles). The kernels run through
+(vanilla: fixed tiles of 64 tokens, 16 columns wide, so a 7 x 9 grid has four image rows per
+tile and a partial last row block, a 2 x 40 grid three column blocks per row, the last partial). The kernels run through
 the public op with ``backend='triton'`` (the custom op ``ppma::polyline_attention``, whose
 backward is the kernels' backward). The last tests compile the kernels for sm_80, sm_86 and
 sm_90 without a GPU.
@@ -80,8 +80,8 @@ def check(inputs, kind, form, tol=None):
         assert err <= (tol or TOL[dtype]), f"{kind}/{form} {name}: relative error {err:.3g} (seed {seed})"
 
 
-# (grid, form): odd grids with H != W (rows padded to 16 columns, two rows per tile, a partial
-# last row block), two column blocks per row (2 x 40), 1 x W and H x 1 grids; 3-D grids whose
+# (grid, form): odd grids with H != W (rows padded to 16 columns, four rows per tile, a partial
+# last row block), three column blocks per row (2 x 40), 1 x W and H x 1 grids; 3-D grids whose
 # tiles never cross frames.
 VANILLA = [((7, 9), "official"), ((7, 9), "paper"), ((2, 40), "official"), ((2, 40), "paper"), ((1, 11), "official"),
            ((9, 1), "paper"), ((2, 3, 5), "official"), ((2, 3, 5), "paper"), ((3, 2, 4), "official")]
