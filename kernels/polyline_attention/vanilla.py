@@ -59,10 +59,10 @@ FWD_CONFIGS = [
     triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK": 128, "MAX_COLS": 32}, num_warps=8, num_stages=2),
 ]
-BWD_CONFIGS = [
-    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 128, "MAX_COLS": 16}, num_warps=8, num_stages=2),
+BWD_CONFIGS = [  # one stage: pipelining the loop tiles' loads costs the backward 20-40 registers
+    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=4, num_stages=1),
+    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=1),
+    triton.Config({"BLOCK": 128, "MAX_COLS": 16}, num_warps=8, num_stages=1),
 ]
 ACCUMULATOR_REGISTERS = 64  # fp32 accumulator registers per thread a configuration may take
 TUNING_KEY = ["WP", "D", "DV", "IS_3D"]
@@ -637,6 +637,7 @@ def _compile_case(label, fn, config, dtype, is_3d, paper, d, wp) -> tuning.Compi
                  f"*{dtype}" if name in INPUT_POINTERS else "*fp32"
                  for name, p in zip(fn.arg_names, fn.params) if not p.is_constexpr}
     signature.update({name: "constexpr" for name in consts})
-    name = (f"vanilla.{label} {dtype} {'3d' if is_3d else '2d'} {'paper' if paper else 'official'} d={d} "
-            f"WP={wp} | BLOCK={config.kwargs['BLOCK']} MAX_COLS={config.kwargs['MAX_COLS']} w{config.num_warps}")
+    name = (f"vanilla.{label} | {dtype} {'3d' if is_3d else '2d'} {'paper' if paper else 'official'} d={d} "
+            f"WP={wp} | BLOCK={config.kwargs['BLOCK']} MAX_COLS={config.kwargs['MAX_COLS']} w{config.num_warps} "
+            f"s{config.num_stages}")
     return tuning.CompileCase(name, fn, signature, consts, config.num_warps, config.num_stages)
