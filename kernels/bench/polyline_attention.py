@@ -83,42 +83,41 @@ def attend(impl, kind, form, device):
     return sdpa
 
 
-def vanilla_model(shape, form, element_size, block=64, max_cols=32):
+def vanilla_model(shape, form, element_size, block=64):
     """Cost model of the vanilla kernels for one ``(B, heads, H, W, d)`` shape (``d = dv``) with
-    the configuration ``(block, max_cols)``: per pass (``fwd``, ``bwd``) ``{'tensor': FLOPs of the
+    fixed tiles of ``block`` tokens: per pass (``fwd``, ``bwd``) ``{'tensor': FLOPs of the
     products (two per multiply-add), 'exp': exponentials, 'other': other elementwise operations,
-    'dram': bytes that must cross DRAM, 'l2': bytes the loop tiles stream}`` and the same for the
-    minimum (``'min_tensor'``, ``'min_exp'``, ``'min_dram'``)."""
-    from ppma.kernels.polyline_attention.vanilla import tile_shape
+    'dram': bytes that must cross DRAM, 'l2': bytes the loop tiles stream}``, counted on the
+    padded tiles, and the minimum (``'min_tensor'``, ``'min_exp'``: FlashAttention-2's products
+    and one exponential per weight, without padding)."""
+    from ppma.kernels.polyline_attention.vanilla import columns
 
     b, heads, hh, ww, d = shape
     n, bh = hh * ww, b * heads
-    rows, cols = tile_shape(block, max_cols, pow2(ww))
-    col_blocks = -(-ww // cols)
-    fixed = -(-hh // rows) * rows * col_blocks * cols  # padded tokens, fixed side
-    loop = hh * col_blocks * cols  # padded tokens, loop side
-    pairs = bh * fixed * loop
     official = form == "official"
-    # products per weight: fwd QK^T + PV (two PV official); bwd: dk/dv pass QK^T, dO V^T, P^T dO,
-    # dS^T Q; dq pass QK^T, dO V^T, dS K
-    fwd_products, bwd_products = (1 + (2 if official else 1)), 7
+    io = bh * n * (2 * d * element_size + 3 * 4)  # q and k (or v), three cumulative sums
     # other elementwise operations per weight, counted by hand from the kernels' source: forward,
     # the two masks' broadcasts (6) and per softmax add, select, max, subtract, sum, convert (7
     # each; paper: one softmax, the masks' exponentials' sum and product); backward, per pass the
     # masks (6), the probabilities (6), the softmax gradient (7), the decay terms (3), converts
-    fwd_other, bwd_other = (20, 48) if official else (13, 48)
-    io = bh * n * (2 * d * element_size + 3 * 4)  # q and k (or v), three cumulative sums
-    model = {
-        "fwd": {"tensor": 2 * pairs * d * fwd_products, "exp": pairs * (2 if official else 3),
-                "other": pairs * fwd_other, "dram": io + bh * n * (d * element_size + 4 * (d + 2)),
-                "l2": bh * (fixed // block) * loop * 2 * d * element_size},
-        "bwd": {"tensor": 2 * pairs * d * bwd_products, "exp": 2 * pairs * (2 if official else 3),
-                "other": pairs * bwd_other, "dram": 2 * io + bh * n * (4 * d * element_size + 4 * 12),
-                "l2": 2 * bh * (fixed // block) * loop * 2 * d * element_size},
+    passes = {
+        # products per weight: QK^T + PV (two PV official) | dk/dv pass: QK^T, dO V^T, P^T dO,
+        # dS^T Q; dq pass: QK^T, dO V^T, dS K
+        "fwd": dict(products=3 if official else 2, exp=2 if official else 3, other=20 if official else 13,
+                    streams=1, dram=io + bh * n * (d * element_size + 4 * (d + 2)), min_products=2),
+        "bwd": dict(products=7, exp=4 if official else 6, other=48, streams=2,
+                    dram=2 * io + bh * n * (4 * d * element_size + 4 * 12), min_products=5),
     }
-    minimum = {"fwd": (2 * bh * n * n * 2 * d, bh * n * n), "bwd": (2 * bh * n * n * 5 * d, bh * n * n)}
-    for name, (flops, exps) in minimum.items():
-        model[name].update(min_tensor=flops, min_exp=exps, min_dram=model[name]["dram"])
+    model = {}
+    for name, p in passes.items():
+        cols = columns(ww, backward=name == "bwd")
+        rows, col_blocks = block // cols, -(-ww // cols)
+        fixed = -(-hh // rows) * rows * col_blocks * cols  # padded tokens, fixed side
+        loop = hh * col_blocks * cols  # padded tokens, loop side
+        pairs = bh * fixed * loop
+        model[name] = {"tensor": 2 * pairs * d * p["products"], "exp": pairs * p["exp"], "other": pairs * p["other"],
+                       "dram": p["dram"], "l2": p["streams"] * bh * (fixed // block) * loop * 2 * d * element_size,
+                       "min_tensor": 2 * bh * n * n * d * p["min_products"], "min_exp": bh * n * n}
     return model
 
 
@@ -184,18 +183,17 @@ def count_variants(kernels, device) -> int:
 
 def recompilation_check(device, dtype, kind, form, sizes=20):
     """Run forward and backward on ``sizes`` random grids and batch sizes (a detection loader's
-    variety); returns ``(variants after the first size, variants after all, widths' power-of-two
-    buckets seen)``: the vanilla kernels specialize on the bucket of W (their tile width), nothing
-    else."""
+    variety); returns ``(variants after the first size, variants after all, tile widths seen)``:
+    the vanilla forward specializes on its tile width (16 or 32 columns), nothing else does."""
     from ppma.kernels.polyline_attention import line, vanilla
 
-    kernels = (vanilla._fwd_kernel.fn, vanilla._bwd_dkdv_kernel.fn, vanilla._bwd_dq_kernel.fn, line._line_fwd_kernel,
-               line._line_bwd_kernel)
+    kernels = [k.fn for k in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
+                              line._line_fwd_kernel, line._line_bwd_kernel)]
     rng = random.Random(0)
     counts, buckets = [], set()
     for i in range(sizes):
         shape = (rng.randint(1, 4), 8, rng.randint(10, 64), rng.randint(10, 64), 32)
-        buckets.add(pow2(shape[3]))
+        buckets.add(vanilla.columns(shape[3], backward=False))
         inputs, grad = make_inputs(shape, dtype, device, True)
         out = polyline_attention(*inputs, kind=kind, form=form, backend="triton")
         torch.autograd.grad(out, inputs, grad)
@@ -228,7 +226,7 @@ def main(argv=None):
     print(f"# polyline_attention benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# kind={args.kind!r} form={args.form!r}; median of {repeat} runs; TFLOP/s: QK^T and PV only\n")
     if args.kind == "vanilla":
-        print(f"## cost model of the vanilla kernels ({args.form}, {args.dtypes[0]}, BLOCK=64, MAX_COLS=32)\n")
+        print(f"## cost model of the vanilla kernels ({args.form}, {args.dtypes[0]}, 64-token tiles)\n")
         print_model(shapes, args.form, DTYPES[args.dtypes[0]])
     print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
@@ -251,7 +249,7 @@ def main(argv=None):
     if device.type == "cuda":
         first, last, buckets = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
         print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all,"
-              f" over {buckets} power-of-two buckets of W ({'as expected' if last <= first * buckets else 'RECOMPILED'})")
+              f" over {buckets} tile widths ({'as expected' if last <= first * buckets else 'RECOMPILED'})")
     else:
         print("\n# recompilation check: CUDA only (the interpreter compiles nothing)")
 

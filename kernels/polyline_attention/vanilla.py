@@ -9,7 +9,8 @@ is ``-|Ga[t,i,j] - Ga[t,i,l]| - |Gb[t,i,l] - Gb[t,k,l]| - |Gc[t,k,l] - Gc[s,k,l]
 mask is ``M(key, query)``.
 
 Tiles follow the grid. Every program owns a *fixed* tile ``F``: ``ROWS`` image rows of one frame
-by ``COLS`` columns (``COLS = min(pow2(W), BLOCK)``, ``ROWS = BLOCK // COLS``); it loops over
+by ``COLS`` columns (16 or 32, whichever pads W least; 16 in the backward;
+``ROWS = BLOCK // COLS``, ``BLOCK`` autotuned); it loops over
 *loop* tiles ``L``, each one image row segment of ``COLS`` columns, column block by column block.
 Then every log mask is broadcasts of per-row vectors, never a ``BLOCK x BLOCK`` gather:
 
@@ -49,65 +50,44 @@ import triton.language as tl
 from ..common import tuning
 from ..common.strided import pow2
 
-# Fixed tiles of BLOCK tokens, at most MAX_COLS columns wide; the interpreter runs the first.
-# Registers bound the tiles: each BLOCK x COLS fp32 tile (logits, masks, probabilities, the
-# corner tables and the backward's corner sums) and the accumulators live in registers; ptxas
-# spills 32-token tiles more than 64-token ones (mma layouts), so every tile has 64 tokens or more.
+# Fixed tiles of BLOCK tokens (the autotuner's choice; the interpreter runs the first) on rows of
+# COLS columns (the launcher's: :func:`columns`). Registers bound the tiles: each BLOCK x COLS fp32
+# tile (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
+# accumulators live in registers; ptxas spills 32-token tiles more than 64-token ones (mma
+# layouts), and the backward takes one pipeline stage (the loop tiles' prefetch costs it 20-40
+# registers).
 FWD_CONFIGS = [
-    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64, "MAX_COLS": 32}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 128, "MAX_COLS": 32}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
 ]
-BWD_CONFIGS = [  # one stage: pipelining the loop tiles' loads costs the backward 20-40 registers
-    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=4, num_stages=1),
-    triton.Config({"BLOCK": 64, "MAX_COLS": 16}, num_warps=8, num_stages=1),
-    triton.Config({"BLOCK": 128, "MAX_COLS": 16}, num_warps=8, num_stages=1),
+BWD_CONFIGS = [
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
+    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=1),
 ]
-ACCUMULATOR_REGISTERS = 64  # fp32 accumulator registers per thread a configuration may take
-TUNING_KEY = ["WP", "D", "DV", "IS_3D"]
-MIN_COLS = 16  # tl.dot's smallest tile side
+FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
+# The resource table's channel blocks: head dims up to 32 count as 32; larger ones have no rows
+# (their launches run the first configuration, untuned).
+HEAD_BLOCKS = (32,)
 
 
-def tile_shape(block: int, max_cols: int, wp: int) -> tuple[int, int]:
-    """``(ROWS, COLS)`` of a fixed tile of ``block`` tokens, at most ``max_cols`` wide, on rows
-    padded to ``wp`` columns."""
-    cols = min(max(MIN_COLS, wp), block, max_cols)
-    return block // cols, cols
+def columns(width: int, backward: bool) -> int:
+    """``COLS``: the columns of every tile for a grid ``width`` wide: of the widths offered (16 or
+    32 forward, 16 backward) the one that pads the rows least, the wider on a tie."""
+    return min(BWD_COLS if backward else FWD_COLS, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
 
 
-def accumulator_registers(config: triton.Config, width: int) -> int:
-    """fp32 registers per thread of a fixed tile's accumulators ``(BLOCK, width)`` (forward:
-    ``2 * dv`` official, ``dv`` paper; backward: ``d + dv``)."""
-    return config.kwargs["BLOCK"] * width // (32 * config.num_warps)
+def _variant(args) -> str:
+    """``'fp16 3d official d<=32 cols16'``: the resource table's name of a launch (:mod:`..common.tuning`)."""
+    head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
+    form = "paper" if args["PAPER"] else "official"
+    return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} d{head} cols{args['COLS']}"
 
 
-def offered_configs(configs, width: int) -> list[triton.Config]:
-    """The ``configs`` whose accumulators of ``width`` fp32 columns fit
-    :data:`ACCUMULATOR_REGISTERS` (the others spill: the resource table's check); the last
-    (widest in warps) when none does."""
-    kept = [c for c in configs if accumulator_registers(c, width) <= ACCUMULATOR_REGISTERS]
-    return kept or configs[-1:]
-
-
-def _accumulator_width(nargs, backward) -> int:
-    if backward:
-        return nargs["BLOCK_D"] + nargs["BLOCK_DV"]
-    return nargs["BLOCK_DV"] * (1 if nargs["PAPER"] else 2)
-
-
-def _with_tile_shape(kernel):
-    """``kernel`` with ``ROWS`` and ``COLS`` computed from the configuration's ``BLOCK`` and ``WP``."""
-    return triton.heuristics({
-        "ROWS": lambda a: tile_shape(a["BLOCK"], a["MAX_COLS"], a["WP"])[0],
-        "COLS": lambda a: tile_shape(a["BLOCK"], a["MAX_COLS"], a["WP"])[1],
-    })(kernel)
-
-
-def _tiles(meta, frames, height, width):
+def _tiles(meta, frames, height, width, cols):
     """Fixed tiles of one ``(B, head)``: frames x row blocks x column blocks."""
-    rows, cols = tile_shape(meta["BLOCK"], meta["MAX_COLS"], meta["WP"])
-    return frames * triton.cdiv(height, rows) * triton.cdiv(width, cols)
+    return frames * triton.cdiv(height, meta["BLOCK"] // cols) * triton.cdiv(width, cols)
 
 
 @triton.jit
@@ -172,15 +152,14 @@ def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_
     return m_fl, m_lf
 
 
-@_with_tile_shape
+@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant)
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     heads, T, H, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, WP: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, MAX_COLS: tl.constexpr,
-    ROWS: tl.constexpr, COLS: tl.constexpr,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
@@ -197,7 +176,7 @@ def _fwd_kernel(
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
     col = tl.arange(0, COLS)
-    f_n, f_ok, f_t, f_i, f_j, _, _ = _fixed_tile(H, W, ROWS, COLS)
+    f_n, f_ok, f_t, f_i, f_j, _, _ = _fixed_tile(H, W, BLOCK // COLS, COLS)
     q = _load_rows(Q, f_n, f_ok, sq_n, c, D)
     ga_f = tl.load(Ga + f_n, mask=f_ok, other=0.0)
     gb_f = tl.load(Gb + f_n, mask=f_ok, other=0.0)
@@ -299,7 +278,7 @@ def _bwd_pass(
     s_fb, s_fh, s_fn, s_lb, s_lh, s_ln, s_fob, s_foh, s_fon, s_lob, s_loh, s_lon,
     heads, T, H, W, D, DV,
     KEYS_FIXED: tl.constexpr, IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, COLS: tl.constexpr,
 ):
     """One backward pass (see the module docstring). ``KEYS_FIXED``: the ``dk``/``dv`` pass
     (``F_MAT`` = ``K``, ``F_OUT`` = ``V``, ``L_MAT`` = ``Q``, ``L_OUT`` = ``dO``), else the
@@ -325,7 +304,7 @@ def _bwd_pass(
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
     col = tl.arange(0, COLS)
-    f_n, f_ok, f_t, f_i, f_j, f_cb, f_row0 = _fixed_tile(H, W, ROWS, COLS)
+    f_n, f_ok, f_t, f_i, f_j, f_cb, f_row0 = _fixed_tile(H, W, BLOCK // COLS, COLS)
     fm = _load_rows(F_MAT, f_n, f_ok, s_fn, c, D)
     fo = _load_rows(F_OUT, f_n, f_ok, s_fon, cv, DV)
     ga_f = tl.load(Ga + f_n, mask=f_ok, other=0.0)
@@ -393,28 +372,27 @@ def _bwd_pass(
             else:
                 own_b += frame_b
         own_a -= tl.sum(ca, 1)
-        _flush_corners(dg_corner, ca, cb_acc, f_t, f_row0, l_j, l_ok, H, W, HW, plane, ROWS, COLS)
+        _flush_corners(dg_corner, ca, cb_acc, f_t, f_row0, l_j, l_ok, H, W, HW, plane, BLOCK // COLS, COLS)
     tl.store(DG + f_n, own_a, mask=f_ok)
     tl.store(DG + plane + f_n, own_b, mask=f_ok)
     tl.store(DG + 2 * plane + f_n, own_c, mask=f_ok)
     return acc_d, acc_dv, f_n, f_ok
 
 
-@_with_tile_shape
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dkdv_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DK, DV_PTR,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, WP: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, MAX_COLS: tl.constexpr,
-    ROWS: tl.constexpr, COLS: tl.constexpr,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """``DK``, ``DV_PTR``: contiguous ``(B*heads, N, d|dv)`` in ``k``'s, ``v``'s dtype."""
     dk, dv, f_n, f_ok = _bwd_pass(
         K, Q, V, DO, Ga, Gb, Gc, DG, STATS,
         sk_b, sk_h, sk_n, sq_b, sq_h, sq_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
-        heads, T, H, W, D, DV, True, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, ROWS, COLS)
+        heads, T, H, W, D, DV, True, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
     row = tl.program_id(1).to(tl.int64) * T * H * W
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
@@ -424,63 +402,24 @@ def _bwd_dkdv_kernel(
              mask=f_ok[:, None] & (cv[None, :] < DV))
 
 
-@_with_tile_shape
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dq_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DQ,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, WP: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, MAX_COLS: tl.constexpr,
-    ROWS: tl.constexpr, COLS: tl.constexpr,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """``DQ``: contiguous ``(B*heads, N, d)`` in ``q``'s dtype."""
     dq, _, f_n, f_ok = _bwd_pass(
         Q, K, DO, V, Ga, Gb, Gc, DG, STATS,
         sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sdo_b, sdo_h, sdo_n, sv_b, sv_h, sv_n,
-        heads, T, H, W, D, DV, False, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, ROWS, COLS)
+        heads, T, H, W, D, DV, False, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
     row = tl.program_id(1).to(tl.int64) * T * H * W
     c = tl.arange(0, BLOCK_D)
     tl.store(DQ + (row + f_n[:, None]) * D + c[None, :], dq.to(DQ.dtype.element_ty),
              mask=f_ok[:, None] & (c[None, :] < D))
-
-
-def _shared_bytes_estimate(nargs, config, backward):
-    """An upper estimate of a configuration's shared memory: the pipelined loop tiles (``k``, ``v``
-    or ``q``, ``dO``) of every stage and the operand tiles of the dots, at the inputs' element size."""
-    size = nargs["Q"].element_size()
-    block, num_stages = config.kwargs["BLOCK"], config.num_stages
-    _, cols = tile_shape(block, config.kwargs["MAX_COLS"], nargs["WP"])
-    d, dv = nargs["BLOCK_D"], nargs["BLOCK_DV"]
-    loop_tiles = cols * (d + dv) * size * max(num_stages, 1)
-    fixed = block * (d + dv) * size * (2 if backward else 1)
-    weights = block * cols * size * (2 if backward else 1)
-    return loop_tiles + fixed + weights
-
-
-def _device_shared_memory(device: torch.device) -> int:
-    """The most shared memory one program may use on ``device`` (bytes)."""
-    props = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
-    return props["max_shared_mem"]
-
-
-def _prune(backward):
-    """Keep the :func:`offered_configs` whose estimated shared memory fits the running device (the
-    first offered one when none does)."""
-    def prune(configs, nargs, **kwargs):
-        nargs = {**nargs, **kwargs}
-        offered = offered_configs(configs, _accumulator_width(nargs, backward))
-        limit = _device_shared_memory(nargs["Q"].device)
-        fits = [c for c in offered if _shared_bytes_estimate(nargs, c, backward) <= limit]
-        return fits or offered[:1]
-    return prune
-
-
-_fwd = tuning.autotune(FWD_CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(False)})(_fwd_kernel)
-_bwd_dkdv = tuning.autotune(BWD_CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(True)},
-                            reset_to_zero=["DG"])(_bwd_dkdv_kernel)
-_bwd_dq = tuning.autotune(BWD_CONFIGS, TUNING_KEY, prune_configs_by={"early_config_prune": _prune(True)},
-                          reset_to_zero=["DG"])(_bwd_dq_kernel)
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
@@ -512,12 +451,13 @@ def _check_dtype(q, k, v):
             raise ValueError(f"the Triton polyline_attention kernel takes fp32, fp16 or bf16 {name}, got {t.dtype}")
 
 
-def _launch_sizes(q, v, log_gamma):
+def _launch_sizes(q, v, log_gamma, backward):
     """``(T, H, W)`` (``T = 1`` on a 2-D grid) and the constexprs every kernel takes."""
     grid = q.shape[2:-1]
     frames, height, width = (grid if log_gamma is not None else (1, *grid))
     consts = dict(IS_3D=log_gamma is not None, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                  WP=pow2(width), BLOCK_D=max(16, pow2(q.shape[-1])), BLOCK_DV=max(16, pow2(v.shape[-1])))
+                  COLS=columns(width, backward), BLOCK_D=max(16, pow2(q.shape[-1])),
+                  BLOCK_DV=max(16, pow2(v.shape[-1])))
     return (frames, height, width), consts
 
 
@@ -541,14 +481,14 @@ def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="of
     """
     _check_dtype(q, k, v)
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
-    (frames, height, width), consts = _launch_sizes(q, v, log_gamma)
+    (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=False)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
     qf, kf, vf = _flat(q), _flat(k), _flat(v)
     n = qf.shape[2]
     out = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=v.device)
     residuals = tuple(torch.empty(s, dtype=torch.float32, device=q.device) for s in residual_shapes(q.shape, dv, form))
     o_v2h = residuals[1] if form != "paper" else out  # the paper form writes no O_v2h
-    _fwd[lambda meta: (_tiles(meta, frames, height, width), bsz * heads)](
+    _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
         qf, kf, vf, *decays, out, o_v2h, residuals[0],
         *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
         heads, frames, height, width, d, dv, PAPER=form == "paper", **consts,
@@ -571,33 +511,26 @@ def _softmax_stats(grad, out, residuals, form):
     return torch.stack([lse[0], d_v2h, lse[1], d_h2v])
 
 
-def decay_slots(width: int) -> int:
-    """Slots of one backward pass's decay-gradient buffer: own tokens, the 3-D atomic terms, and
-    one per column block (of the configuration with the narrowest tiles)."""
-    cols = min(tile_shape(c.kwargs["BLOCK"], c.kwargs["MAX_COLS"], pow2(width))[1] for c in BWD_CONFIGS)
-    return 2 + triton.cdiv(width, cols)
-
-
 def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
     for the output gradient ``grad``, from its ``out`` and ``residuals`` (no forward kernel runs)."""
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
     stats = _softmax_stats(grad, out, residuals, form)
-    (frames, height, width), consts = _launch_sizes(q, v, log_gamma)
+    (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=True)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
     qf, kf, vf, dof = _flat(q), _flat(k), _flat(v), _flat(grad.to(v.dtype))
     n = qf.shape[2]
     dq = torch.empty(bsz, heads, n, d, dtype=q.dtype, device=q.device)
     dk = torch.empty(bsz, heads, n, d, dtype=k.dtype, device=q.device)
     dvv = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=q.device)
-    slots = decay_slots(width)
+    slots = 2 + triton.cdiv(width, consts["COLS"])  # each pass's: own tokens, 3-D atomic terms, column blocks
     dgs = [torch.zeros(slots, 3, bsz * heads, n, dtype=torch.float32, device=q.device) for _ in range(2)]
-    grid = lambda meta: (_tiles(meta, frames, height, width), bsz * heads)  # noqa: E731
+    grid = lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)  # noqa: E731
     strides = (*qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3])
     sizes = (heads, frames, height, width, d, dv)
-    _bwd_dkdv[grid](qf, kf, vf, dof, *decays, dgs[0], stats, dk, dvv, *strides, *sizes, PAPER=form == "paper",
+    _bwd_dkdv_kernel[grid](qf, kf, vf, dof, *decays, dgs[0], stats, dk, dvv, *strides, *sizes, PAPER=form == "paper",
                     **consts)
-    _bwd_dq[grid](qf, kf, vf, dof, *decays, dgs[1], stats, dq, *strides, *sizes, PAPER=form == "paper", **consts)
+    _bwd_dq_kernel[grid](qf, kf, vf, dof, *decays, dgs[1], stats, dq, *strides, *sizes, PAPER=form == "paper", **consts)
     dg = (dgs[0].sum(0) + dgs[1].sum(0)).view(3, *log_alpha.shape)
     grads = [dq.view(q.shape), dk.view(k.shape), dvv.view(v.shape),
              decay_gradient(dg[0], -1), decay_gradient(dg[1], -2)]
@@ -607,37 +540,21 @@ def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, lo
 
 
 INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inputs' dtype; the other pointers fp32
-SIZES = ("heads", "T", "H", "W", "D", "DV")  # and the strides, s*: i32
-HEAD_DIMS = (16, 32, 64, 128)
-TILE_WIDTHS = (16, 64)  # WP: 14 x 14 grids' tiles (COLS = 16), and wide grids' (COLS = min(BLOCK, MAX_COLS))
+FP32_POINTERS = ("Ga", "Gb", "Gc", "O1", "LSE", "DG", "STATS")
 
 
 def compile_cases() -> list[tuning.CompileCase]:
-    """Every kernel (forward, ``dk``/``dv`` pass, ``dq`` pass) in fp32/fp16/bf16, 2-D/3-D, both
-    forms, head dims 16 to 128, narrow and wide grids, with every configuration."""
-    kernels = {"fwd": (_fwd_kernel, FWD_CONFIGS), "bwd_dkdv": (_bwd_dkdv_kernel, BWD_CONFIGS),
-               "bwd_dq": (_bwd_dq_kernel, BWD_CONFIGS)}
+    """Every configuration of the three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for
+    fp32, fp16 and bf16, 2-D and 3-D grids, the official form (the released weights'; a launch of
+    the paper form has no rows and runs the first configuration), the head-dim blocks of
+    :data:`HEAD_BLOCKS` and every tile width :func:`columns` gives (``tools/kernel_resources.py``)."""
+    widths = {_fwd_kernel: FWD_COLS, _bwd_dkdv_kernel: BWD_COLS, _bwd_dq_kernel: BWD_COLS}
     cases = []
-    for label, dtype, is_3d, paper, d, wp in itertools.product(
-            kernels, ("fp32", "fp16", "bf16"), (False, True), (False, True), HEAD_DIMS, TILE_WIDTHS):
-        kernel, configs = kernels[label]
-        width = 2 * d if label != "fwd" else d * (1 if paper else 2)
-        cases += [_compile_case(label, kernel.fn, config, dtype, is_3d, paper, d, wp)
-                  for config in offered_configs(configs, width)]
+    for kernel, dtype, is_3d, head in itertools.product(widths, ("fp32", "fp16", "bf16"), (False, True), HEAD_BLOCKS):
+        pointers = {name: f"*{dtype}" for name in INPUT_POINTERS}
+        pointers.update({name: "*fp32" for name in FP32_POINTERS})
+        for cols in widths[kernel]:
+            constexprs = dict(IS_3D=is_3d, PAPER=False, PRECISION="ieee" if dtype == "fp32" else "tf32", COLS=cols,
+                              BLOCK_D=head, BLOCK_DV=head)
+            cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
     return cases
-
-
-def _compile_case(label, fn, config, dtype, is_3d, paper, d, wp) -> tuning.CompileCase:
-    """One :class:`~ppma.kernels.common.tuning.CompileCase` (``fn``: the ``@triton.jit`` function
-    under the tile-shape heuristics)."""
-    rows, cols = tile_shape(config.kwargs["BLOCK"], config.kwargs["MAX_COLS"], wp)
-    consts = dict(IS_3D=is_3d, PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32", WP=wp,
-                  BLOCK_D=d, BLOCK_DV=d, **config.kwargs, ROWS=rows, COLS=cols)
-    signature = {name: "i32" if name in SIZES or name.startswith("s") else
-                 f"*{dtype}" if name in INPUT_POINTERS else "*fp32"
-                 for name, p in zip(fn.arg_names, fn.params) if not p.is_constexpr}
-    signature.update({name: "constexpr" for name in consts})
-    name = (f"vanilla.{label} | {dtype} {'3d' if is_3d else '2d'} {'paper' if paper else 'official'} d={d} "
-            f"WP={wp} | BLOCK={config.kwargs['BLOCK']} MAX_COLS={config.kwargs['MAX_COLS']} w{config.num_warps} "
-            f"s{config.num_stages}")
-    return tuning.CompileCase(name, fn, signature, consts, config.num_warps, config.num_stages)

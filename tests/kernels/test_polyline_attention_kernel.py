@@ -2,11 +2,13 @@
 
 CI runs these on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``), whose cost grows
 with programs x tiles, so grids stay small; the interpreter runs the first launch configuration
-(vanilla: fixed tiles of 64 tokens, 16 columns wide, so a 7 x 9 grid has four image rows per
-tile and a partial last row block, a 2 x 40 grid three column blocks per row, the last partial). The kernels run through
-the public op with ``backend='triton'`` (the custom op ``ppma::polyline_attention``, whose
-backward is the kernels' backward). The last tests compile the kernels for sm_80, sm_86 and
-sm_90 without a GPU.
+(vanilla: fixed tiles of 64 tokens on rows of 16 columns, 32 in the forward of grids 32 or more
+wide; so a 7 x 9 grid has four image rows per tile and a partial last row block, a 2 x 40 grid
+two or three column blocks per row, the last partial). The kernels run through the public op
+with ``backend='triton'`` (the custom op ``ppma::polyline_attention``, whose backward is the
+kernels' backward). That every configuration compiles for every GPU architecture is
+``test_kernel_resources.py``'s; the last test here checks the first configuration of each
+vanilla kernel for spills.
 """
 from __future__ import annotations
 
@@ -152,12 +154,13 @@ def test_backward_fake_describes_the_backward(kind, grid):
     strides as the kernels' gradients (fp16 q, k, v; strided views)."""
     inputs = make_inputs(grid, torch.float16)
     grad = torch.randn(inputs[2].shape, device=DEVICE).to(torch.float16)
-    impl = implementation(get_op("polyline_attention"), "triton")
+    op = get_op("polyline_attention")
+    impl = implementation(op, "triton")
     out, residuals = impl.forward(*inputs, kind, "official")
     fakes = impl.residuals_fake(*inputs, kind, "official")
     assert [(r.shape, r.dtype) for r in residuals] == [(f.shape, f.dtype) for f in fakes]
     real = impl.backward((grad,), (out, *residuals), *inputs, kind, "official")
-    fake = impl.backward_fake((grad,), (out, *residuals), *inputs, kind, "official")
+    fake = op.backward_fake((grad,), (out, *residuals), *inputs, kind, "official")
     assert len(real) == len(fake) == len([t for t in inputs if t is not None])
     for r, f in zip(real, fake):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
@@ -178,8 +181,8 @@ class LaunchCounter:
 def test_vanilla_backward_launches_no_forward_kernel(form, monkeypatch):
     """The forward keeps its log-sum-exps (and the V2H output) as residuals: one forward launch
     per forward + backward, gradients still the reference's."""
-    forward_kernel = LaunchCounter(vanilla._fwd)
-    monkeypatch.setattr(vanilla, "_fwd", forward_kernel)
+    forward_kernel = LaunchCounter(vanilla._fwd_kernel)
+    monkeypatch.setattr(vanilla, "_fwd_kernel", forward_kernel)
     check(make_inputs((3, 7), torch.float32), "vanilla", form)
     assert forward_kernel.launches == 1
 
@@ -272,8 +275,8 @@ json.dump(out, sys.stdout)
 """
 # (variant, arch): PPMA-T's stage-3 shape in bf16 on sm_80 and sm_90 (shared memory, no spills);
 # fp16 on sm_86, the smallest shared memory (the H200 raised OutOfResources in fp32 and fp16).
-COMPILED = [["bf16 2d official d=32 WP=16", 80], ["bf16 2d official d=32 WP=16", 90],
-            ["fp16 3d official d=32 WP=64", 86]]
+COMPILED = [["bf16 2d official d<=32 cols16", 80], ["bf16 2d official d<=32 cols16", 90],
+            ["fp16 3d official d<=32 cols16", 86]]
 SHARED_MEMORY = {80: 166_912, 86: 101_376, 90: 232_448}
 
 
