@@ -9,10 +9,10 @@ is ``-|Ga[t,i,j] - Ga[t,i,l]| - |Gb[t,i,l] - Gb[t,k,l]| - |Gc[t,k,l] - Gc[s,k,l]
 mask is ``M(key, query)``.
 
 Tiles follow the grid. Every program owns a *fixed* tile ``F``: ``ROWS`` image rows of one frame
-by ``COLS`` columns (16 or 32, whichever pads W least; 16 in the backward;
-``ROWS = BLOCK // COLS``, ``BLOCK`` autotuned); it loops over
-*loop* tiles ``L``, each one image row segment of ``COLS`` columns, column block by column block.
-Then every log mask is broadcasts of per-row vectors, never a ``BLOCK x BLOCK`` gather:
+by ``COLS`` columns (16 or 32, whichever pads W least; 16 in the backward; ``ROWS = BLOCK //
+COLS``, ``BLOCK`` autotuned); it loops over *loop* tiles ``L``, each one image row segment of
+``COLS`` columns, column block by column block. Then every log mask is broadcasts of per-row
+vectors, never a ``BLOCK x BLOCK`` gather:
 
 - ``M(F, L)`` (``to`` in ``F``) reads ``Ga``, ``Gb`` at the corners (``F``'s row, ``L``'s
   column): a ``(BLOCK, COLS)`` table that is the same for every loop row of a column block,
