@@ -12,6 +12,13 @@ Columns: median inference time, peak memory of an inference forward and (``--tra
 forward + backward, beyond the model and the input. CUDA: the caching allocator's peak; CPU:
 the running sum of the allocations the profiler records (:func:`ppma.kernels.common.timing.peak_memory`).
 
+First, a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
+``--batch``, bf16 inputs): the bytes that must move (read ``q``, ``k``, ``v`` and the two decays,
+write the output) against what the chunked path moves. It forms the ``d * (dv + 1)`` state
+channels of every token in fp32 (written once), scans them with the fused 2-D polyline-scan
+kernel (read twice, written once) and contracts them with ``q`` (read once): 20 bytes a state
+channel and token, before the scan's carried states and decays.
+
     python kernels/bench/polyline_linear_attention.py                 # CUDA if present
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
 """
@@ -31,6 +38,9 @@ from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.ops.polyline_linear_attention import polyline_linear_attention_reference
 
 SIZES = (224, 512, 768, 1024, 1280)
+# PPMA-linear-T at 224 x 224: (heads, H, W, head dim) of its four stages.
+STAGES = [(4, 56, 56, 16), (4, 28, 28, 32), (8, 14, 14, 32), (16, 7, 7, 32)]
+STATE_BYTES = 4 + 3 * 4 + 4  # per fp32 state element: formed, scanned (read twice, written), contracted
 MODELS = {
     "ppma_linear_tiny": ("ppma_linear_tiny", False),
     "ppma_linear_tiny (reference)": ("ppma_linear_tiny", True),
@@ -48,6 +58,17 @@ def reference_op(enabled: bool):
         yield
     finally:
         layer.polyline_linear_attention = saved
+
+
+def traffic_model(batch: int, itemsize: int = 2) -> list[str]:
+    """Markdown rows: per stage, the bytes that must move against the chunked path's (module docstring)."""
+    rows = ["| stage (B, heads, H, W, d) | must move (MB) | chunked path (MB) | ratio |", "|---|---:|---:|---:|"]
+    for heads, hh, ww, d in STAGES:
+        tokens = batch * heads * hh * ww
+        minimum = tokens * (4 * d * itemsize + 2 * 4)  # q, k, v, out; two fp32 decays
+        chunked = tokens * (3 * d * itemsize + 2 * 4) + tokens * d * (d + 1) * STATE_BYTES + tokens * d * itemsize
+        rows.append(f"| {(batch, heads, hh, ww, d)} | {minimum / 1e6:.1f} | {chunked / 1e6:.1f} | {chunked / minimum:.0f}x |")
+    return rows
 
 
 def measure(model, size, device, reference, train, repeat):
@@ -84,6 +105,7 @@ def main(argv=None):
     parser.add_argument("--train", action="store_true", help="also the peak memory of forward + backward")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per row (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--batch", type=int, default=64, help="batch of the bytes model")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -94,6 +116,8 @@ def main(argv=None):
     else:
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# linear kind benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
+    print("# bytes model of the op's forward, PPMA-linear-T at 224, bf16 inputs\n")
+    print("\n".join(traffic_model(args.batch)) + "\n")
     print(f"# backbones (features_only), batch 1, fp32; median of {repeat} run(s) after 1 warm-up\n")
     print("| size | model | time (ms) | inference peak MiB | training peak MiB |")
     print("|---:|---|---:|---:|---:|")
