@@ -4,6 +4,9 @@ A script (not installed with ``ppma.kernels``). Rows, per input size (batch 1, s
 
 - ``ppma_linear_tiny``: the backbone (``features_only=True``) through
   :func:`ppma.ops.polyline_linear_attention` (the chunked path; backend per ``PPMA_BACKEND``);
+- ``ppma_linear_tiny (tiled)``: the same weights with the op replaced by
+  :func:`~ppma.ops.polyline_linear_attention.tiled.polyline_linear_attention_tiled` (row strips,
+  matmuls inside a strip, per-column states between strips; not yet a registered backend);
 - ``ppma_linear_tiny (reference)``: the same weights with the op replaced by its reference
   (every token's ``d*d + d``-channel state at once, the path before the chunked op);
 - ``ppma_tiny``: the released kinds (criss-cross, then vanilla masked attention), for scale.
@@ -36,24 +39,26 @@ import ppma  # noqa: F401  (registers the models)
 import ppma.layers.polyline_attention as layer
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.ops.polyline_linear_attention import polyline_linear_attention_reference
+from ppma.ops.polyline_linear_attention.tiled import polyline_linear_attention_tiled
 
 SIZES = (224, 512, 768, 1024, 1280)
 # PPMA-linear-T at 224 x 224: (heads, H, W, head dim) of its four stages.
 STAGES = [(4, 56, 56, 16), (4, 28, 28, 32), (8, 14, 14, 32), (16, 7, 7, 32)]
 STATE_BYTES = 4 + 3 * 4 + 4  # per fp32 state element: formed, scanned (read twice, written), contracted
 MODELS = {
-    "ppma_linear_tiny": ("ppma_linear_tiny", False),
-    "ppma_linear_tiny (reference)": ("ppma_linear_tiny", True),
-    "ppma_tiny": ("ppma_tiny", False),
+    "ppma_linear_tiny": ("ppma_linear_tiny", None),
+    "ppma_linear_tiny (tiled)": ("ppma_linear_tiny", polyline_linear_attention_tiled),
+    "ppma_linear_tiny (reference)": ("ppma_linear_tiny", polyline_linear_attention_reference),
+    "ppma_tiny": ("ppma_tiny", None),
 }
 
 
 @contextlib.contextmanager
-def reference_op(enabled: bool):
-    """While ``enabled``, the layers' linear kind runs the op's reference."""
+def swapped_op(replacement):
+    """While it runs, the layers' linear kind runs ``replacement`` (same contract as the op), if given."""
     saved = layer.polyline_linear_attention
-    if enabled:
-        layer.polyline_linear_attention = lambda *args, eps: polyline_linear_attention_reference(*args, eps=eps)
+    if replacement is not None:
+        layer.polyline_linear_attention = lambda *args, eps: replacement(*args, eps=eps)
     try:
         yield
     finally:
@@ -71,7 +76,7 @@ def traffic_model(batch: int, itemsize: int = 2) -> list[str]:
     return rows
 
 
-def measure(model, size, device, reference, train, repeat):
+def measure(model, size, device, replacement, train, repeat):
     """``{'ms', 'infer_mib', 'train_mib'}`` of one row (a ``note`` instead when it runs out of memory)."""
     x = torch.randn(1, 3, size, size, device=device)
 
@@ -85,7 +90,7 @@ def measure(model, size, device, reference, train, repeat):
         sum(f.float().square().mean() for f in model(x)).backward()
 
     row = {}
-    with reference_op(reference):
+    with swapped_op(replacement):
         try:
             row["infer_mib"] = peak_memory(infer, device) / 2**20
             row["ms"] = median_seconds(infer, device, 1, repeat) * 1e3
@@ -123,9 +128,9 @@ def main(argv=None):
     print("|---:|---|---:|---:|---:|")
     for size in args.sizes:
         for label in args.models:
-            preset, reference = MODELS[label]
+            preset, replacement = MODELS[label]
             model = timm.create_model(preset, features_only=True).to(device)
-            row = measure(model, size, device, reference, args.train, repeat)
+            row = measure(model, size, device, replacement, args.train, repeat)
             if "note" in row:
                 print(f"| {size} | {label} | {row['note']} | | |", flush=True)
                 continue

@@ -455,8 +455,8 @@ def compile_cases() -> list[tuning.CompileCase]:
                     name=f"{kernel.__name__}[{dtype}, TILE_H={tile_h}, BLOCK_W={block_w}, BLOCK_C={block_c}]",
                     kernel=kernel,
                     signature=_signature(kernel, f"*{dtype}", io),
-                    constexprs=dict(V2H=True, H2V=True, ACC=tl.float32, BLOCK_W=block_w, INTERPRET=False,
-                                    TILE_H=tile_h, BLOCK_C=block_c),
+                    constexprs={"V2H": True, "H2V": True, "ACC": tl.float32, "BLOCK_W": block_w,
+                                "INTERPRET": False, "TILE_H": tile_h, "BLOCK_C": block_c},
                     num_warps=config.num_warps,
                     num_stages=config.num_stages,
                 ))

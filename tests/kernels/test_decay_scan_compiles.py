@@ -79,7 +79,8 @@ json.dump(out, sys.stdout)
 @pytest.fixture(scope="module")
 def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
     if proc.returncode != 0 and "ModuleNotFoundError: No module named 'triton.backends.nvidia" in proc.stderr:
         pytest.skip("this Triton build has no NVIDIA backend")
     assert proc.returncode == 0, proc.stderr[-4000:]
