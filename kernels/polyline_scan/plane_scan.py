@@ -57,8 +57,9 @@ def _configs(shapes):
 
 
 # (TILE_H, BLOCK_C, num_warps); the first one is the interpreter's.
-FWD_CONFIGS = _configs([(8, 64, 8), (8, 16, 8), (8, 8, 8), (4, 16, 8), (4, 8, 8), (4, 8, 4), (2, 8, 4), (1, 8, 8)])
-BWD_CONFIGS = _configs([(4, 32, 4), (4, 8, 4), (8, 8, 8), (4, 8, 8), (2, 8, 4), (2, 8, 8), (1, 8, 8), (1, 4, 4)])
+# (2, 8, 4) forward at 128-token rows and (8, 8, 8) backward at 32 spilled on sm_90: left out.
+FWD_CONFIGS = _configs([(8, 16, 8), (8, 8, 8), (4, 16, 8), (4, 8, 8), (4, 8, 4), (1, 8, 8)])
+BWD_CONFIGS = _configs([(4, 16, 4), (4, 8, 4), (4, 8, 8), (2, 8, 4), (2, 8, 8), (1, 8, 8), (1, 4, 4)])
 
 
 def _prune(per_thread):
@@ -94,32 +95,28 @@ def _axis_positions(u, AXIS: tl.constexpr):
 
 
 @triton.jit
-def _doubling_scan(a, u, AXIS: tl.constexpr, REVERSE: tl.constexpr):
-    """:func:`_scan` by ``log2(n)`` doubling steps (Hillis-Steele) of whole-tensor gathers."""
-    pos = _axis_positions(u, AXIS)
-    n: tl.constexpr = u.shape[AXIS]
-    for step in tl.static_range(16):
-        if (1 << step) < n:
-            if REVERSE:
-                src = pos + (1 << step)
-                ok = src < n
-            else:
-                src = pos - (1 << step)
-                ok = src >= 0
-            src = tl.where(ok, src, pos)
-            a_prev, u_prev = tl.gather(a, src, AXIS), tl.gather(u, src, AXIS)
-            u = tl.where(ok, u_prev * a + u, u)
-            a = tl.where(ok, a_prev * a, a)
-    return a, u
-
-
-@triton.jit
 def _scan(a, u, AXIS: tl.constexpr, REVERSE: tl.constexpr, INTERPRET: tl.constexpr):
     """``(prod, state)`` along ``AXIS`` of the 3-D ``a``, ``u`` (same shape): ``state_p = u_p +
     a_p state_{p-1}`` (``REVERSE``: ``state_{p+1}``), ``prod_p`` the product of ``a`` from the scan's
-    first element through ``p``."""
+    first element through ``p``. Under the interpreter by ``log2(n)`` doubling steps
+    (Hillis-Steele) of whole-tensor gathers, inline (each nested call costs the interpreter more
+    than the step)."""
     if INTERPRET:
-        out = _doubling_scan(a, u, AXIS, REVERSE)
+        pos = _axis_positions(u, AXIS)
+        n: tl.constexpr = u.shape[AXIS]
+        for step in tl.static_range(16):
+            if (1 << step) < n:
+                if REVERSE:
+                    src = pos + (1 << step)
+                    ok = src < n
+                else:
+                    src = pos - (1 << step)
+                    ok = src >= 0
+                src = tl.where(ok, src, pos)
+                a_prev, u_prev = tl.gather(a, src, AXIS), tl.gather(u, src, AXIS)
+                u = tl.where(ok, u_prev * a + u, u)
+                a = tl.where(ok, a_prev * a, a)
+        out = a, u
     else:
         out = tl.associative_scan((a, u), AXIS, _link, reverse=REVERSE)
     return out
