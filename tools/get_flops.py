@@ -13,23 +13,10 @@ import argparse
 import logging
 
 import torch
-from torch import nn
 
-from ppma.mm.analysis import build_model, dummy_batch
+from ppma.mm.analysis import TensorForward, build_model, dummy_batch
 from ppma.mm.runtime import load_config
 from ppma.models.flops import flop_analysis, total_flops
-
-
-class TensorForward(nn.Module):
-    """``model._forward(inputs, data_samples)`` (mmdet/mmseg tensor mode) as ``f(inputs)``."""
-
-    def __init__(self, model: nn.Module, data_samples: list):
-        super().__init__()
-        self.model = model
-        self.data_samples = data_samples
-
-    def forward(self, inputs: torch.Tensor):
-        return self.model._forward(inputs, self.data_samples)
 
 
 def main(argv=None):

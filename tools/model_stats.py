@@ -22,7 +22,7 @@ def stats(name: str, size: tuple[int, int], frames: int) -> tuple[int, float, fl
     (1000 classes) on one ``size`` input."""
     model = timm.create_model(name).eval()
     params = sum(p.numel() for p in model.parameters())
-    shape = (1, 3, frames, *size) if getattr(model, "grid", None) == "3d" else (1, 3, *size)
+    shape = (1, 3, frames, *size) if getattr(model, "token_layout", None) == "3d" else (1, 3, *size)
     analysis = flop_analysis(model, torch.zeros(shape))
     return params, total_flops(analysis) / 1e9, total_flops(analysis, ("products",)) / 1e9
 

@@ -9,8 +9,9 @@ import timm
 import torch
 
 import ppma  # noqa: F401  (registers the presets)
+from ppma.models.family import families
 
-PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+PRESETS = [f.test_preset for f in families()]
 
 
 @pytest.mark.parametrize("name", PRESETS)
