@@ -21,8 +21,8 @@ from timm.layers import trunc_normal_
 from timm.models import generate_default_cfgs, register_model, register_notrace_module, resolve_pretrained_cfg
 from torch import nn
 
-from ppma.layers import PolylineAttention, ProjectionHead
 from ppma._deprecation import renamed_keyword, renamed_property
+from ppma.layers import PolylineAttention, ProjectionHead
 from ppma.layers.polyline_attention import ATTENTION_KINDS
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict

@@ -14,8 +14,8 @@ import torch
 from timm.models import checkpoint_seq
 from torch import nn
 
-from ppma.layers import ConvDownsample, ConvStem, MixerBlock, ProjectionHead
 from ppma._deprecation import renamed_keyword, renamed_property
+from ppma.layers import ConvDownsample, ConvStem, MixerBlock, ProjectionHead
 from ppma.layers.layout import GRID_3D, GRID_LAYOUTS, check_mixer_layout
 
 from .backbone import TimmBackbone, take_indices

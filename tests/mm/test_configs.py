@@ -74,7 +74,8 @@ FAMILY_CHECKS = {"ppma": (), "vmamba": (check_output_norms,), "mila": (check_out
 def check_recipe(model, cfg, name):
     """What the name ``name`` (a :data:`NAME` match) promises, and what every recipe satisfies."""
     assert model.backbone.model_name == (name["det"] or name["seg"])
-    assert cfg.model.backbone.init_cfg.type == "Pretrained"
+    init = cfg.model.backbone.init_cfg  # None: no ImageNet checkpoint released (PPMA's linear kind)
+    assert init is None or (init.type == "Pretrained" and init.checkpoint)
     assert 0.0 <= cfg.model.backbone.drop_path_rate < 1.0
     optimizer = cfg.optim_wrapper.optimizer
     assert optimizer.type == "AdamW" and optimizer.lr > 0 and optimizer.weight_decay >= 0
