@@ -104,6 +104,7 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         scan.selective_scan_bwd(y, None, states, *args)
     for dtype in (torch.float16, torch.float64):
         x, ld = torch.randn(1, 1, 1, 3, 4, 2).to(dtype), -torch.rand(1, 1, 1, 3, 4)
+        decay_scan.decay_scan_fwd(x, ld, 3, dtype)
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
     assert {t.kernel_id for t, _ in launches} == {k.tuning.kernel_id for k in KERNELS}
     for t, variant in launches:
