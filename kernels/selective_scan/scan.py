@@ -36,7 +36,7 @@ STATE_BLOCKS = (1, 16)  # the resource table's state blocks: a launch counts as 
 
 
 def _variant(args) -> str:
-    """``'fp16 N<=4'``: the resource table's name of a launch, measured with every optional input
+    """``'fp16 N<=16'``: the resource table's name of a launch, measured with every optional input
     and ``GPU_STATE_BLOCK`` state elements (the most a launch has)."""
     return f"{args['u_ptr'][1:]} N{tuning.bucket(args['BLOCK_N'], STATE_BLOCKS)}"
 
