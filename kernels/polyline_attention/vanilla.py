@@ -24,23 +24,32 @@ with reverse cumulative sums.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from ..common.runtime import interpreted
+from ..common import tuning
 from ..common.strided import pow2
 
-# Launch heuristics (not tuned on hardware); the interpreter's cost grows with the tile area.
-GPU_BLOCK = 64
-INTERPRETER_BLOCK = 16
-NUM_WARPS = 4
+# Tile sizes the autotuner chooses among (the first one alone under the interpreter, whose cost
+# grows with the tile area); docs/benchmarks.md has each one's shared memory per architecture.
+CONFIGS = [
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=2, num_stages=1),
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=8, num_stages=2),
+]
+# The resource table's channel blocks: head dims up to 32 count as 32; larger ones have no rows
+# (their launches run the first configuration, untuned).
+HEAD_BLOCKS = (32,)
 
 
-def default_block() -> int:
-    return INTERPRETER_BLOCK if interpreted() else GPU_BLOCK
+def _variant(args) -> str:
+    """``'fp16 3d official d<=32'``: the resource table's name of a launch (:mod:`..common.tuning`)."""
+    head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
+    return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {'paper' if args['PAPER'] else 'official'} d{head}"
 
 
 @triton.jit
@@ -100,6 +109,7 @@ def _log_mask_grad(g, dGa, dGb, dGc, to_t, to_i, to_j, fr_t, fr_i, fr_j, HW, W, 
     return ga, gb, gc
 
 
+@tuning.autotune(CONFIGS, key=["N"], variant=_variant)
 @triton.jit(do_not_specialize=["N", "HW", "W"])
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
@@ -184,6 +194,7 @@ def _fwd_kernel(
         tl.store(O1 + o_off, o1, mask=out_mask)
 
 
+@tuning.autotune(CONFIGS, key=["N"], variant=_variant, reset_to_zero=["DQ", "dGa", "dGb", "dGc"])
 @triton.jit(do_not_specialize=["N", "HW", "W"])
 def _bwd_kernel(
     Q, K, V, Ga, Gb, Gc, DO, STATS_PTR, DQ, DK, DV_PTR, dGa, dGb, dGc,
@@ -319,17 +330,15 @@ def residual_shapes(q_shape, dv: int, form: str) -> list[tuple[int, ...]]:
     return [(2, bsz * heads, n), (bsz, heads, n, dv)]
 
 
-def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official", block=None):
+def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Vanilla polyline attention (``ppma.ops.polyline_attention(kind='vanilla')``).
 
     ``q``, ``k`` ``(B, heads, *grid, d)``, ``v`` ``(B, heads, *grid, dv)``, fp32 log-decays
     ``(B, heads, *grid)`` on a 2-D ``(H, W)`` or 3-D ``(T, H, W)`` grid -> ``(out, residuals)``:
     ``out`` ``(B, heads, *grid, dv)`` in ``v.dtype`` and the residuals of
-    :func:`vanilla_attention_bwd` (:func:`residual_shapes`). ``block``: tile size (default 64 on a
-    GPU, 16 in the interpreter).
+    :func:`vanilla_attention_bwd` (:func:`residual_shapes`). The tile size is autotuned.
     """
     _check_dtype(q, k, v)
-    block = block or default_block()
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
     grid, hw, ww, is_3d = _dims(q, log_gamma)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
@@ -339,12 +348,12 @@ def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="of
     residuals = tuple(torch.empty(s, dtype=torch.float32, device=q.device) for s in residual_shapes(q.shape, dv, form))
     o_v2h = residuals[1] if form != "paper" else out  # the paper form writes no O_v2h
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    _fwd_kernel[(triton.cdiv(n, block), bsz * heads)](
+    _fwd_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), bsz * heads)](
         qf, kf, vf, *decays, out, o_v2h, residuals[0],
         *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
         heads, n, hw, ww, d, dv,
         IS_3D=is_3d, PAPER=form == "paper", PRECISION=precision,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS,
+        BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)),
     )
     return out.view(*q.shape[:-1], dv), residuals
 
@@ -363,11 +372,9 @@ def _softmax_stats(grad, out, residuals, form):
     return torch.stack([lse[0], d_v2h, lse[1], d_h2v])
 
 
-def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official",
-                          block=None):
+def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
     for the output gradient ``grad``, from its ``out`` and ``residuals`` (no forward kernel runs)."""
-    block = block or default_block()
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
     stats = _softmax_stats(grad, out, residuals, form)
     grid, hw, ww, is_3d = _dims(q, log_gamma)
@@ -379,12 +386,12 @@ def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, lo
     dvv = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=q.device)
     dgs = torch.zeros(3, bsz * heads, n, dtype=torch.float32, device=q.device)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    _bwd_kernel[(triton.cdiv(n, block), bsz * heads)](
+    _bwd_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), bsz * heads)](
         qf, kf, vf, *decays, dof, stats, dq, dk, dvv, dgs[0], dgs[1], dgs[2],
         *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3],
         heads, n, hw, ww, d, dv,
         IS_3D=is_3d, PAPER=form == "paper", PRECISION=precision,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS,
+        BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)),
     )
     shape = log_alpha.shape
     grads = [dq.to(q.dtype).view(q.shape), dk.view(k.shape), dvv.view(v.shape),
@@ -392,3 +399,19 @@ def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, lo
     if is_3d:
         grads.append(decay_gradient(dgs[2].view(shape), -3))
     return grads
+
+
+def compile_cases() -> list[tuning.CompileCase]:
+    """Every configuration of both kernels for fp32, fp16 and bf16, 2-D and 3-D grids, the
+    official form (the released weights'; a launch of the paper form has no rows and runs the
+    first configuration) and the head-dim blocks of :data:`HEAD_BLOCKS` (``tools/kernel_resources.py``)."""
+    fp32 = ("Ga", "Gb", "Gc", "O1", "LSE", "STATS_PTR", "DQ", "dGa", "dGb", "dGc")
+    cases = []
+    for kernel, dtype, is_3d, paper, head in itertools.product(
+            (_fwd_kernel, _bwd_kernel), ("fp32", "fp16", "bf16"), (False, True), (False,), HEAD_BLOCKS):
+        pointers = {name: f"*{dtype}" for name in ("Q", "K", "V", "O", "DO", "DK", "DV_PTR")}
+        pointers.update({name: "*fp32" for name in fp32})
+        constexprs = dict(IS_3D=is_3d, PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                          BLOCK_D=head, BLOCK_DV=head)
+        cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
+    return cases

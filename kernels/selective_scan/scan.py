@@ -18,18 +18,27 @@ launcher adds the partial sums with ``torch.sum`` (deterministic, no atomics).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
+from ..common import tuning
 from ..common.runtime import interpreted
 from ..common.strided import pow2
 
-# Launch heuristics (not tuned on hardware): up to 512 state elements per program on 4 warps.
+# Launch heuristic: up to 512 state elements per program; the autotuner chooses the warps.
 GPU_STATE_BLOCK = 512
-NUM_WARPS = 4
+CONFIGS = [triton.Config({}, num_warps=4, num_stages=3), triton.Config({}, num_warps=8, num_stages=3)]
+STATE_BLOCKS = (1, 16)  # the resource table's state blocks: a launch counts as the next one up
+
+
+def _variant(args) -> str:
+    """``'fp16 N<=4'``: the resource table's name of a launch, measured with every optional input
+    and ``GPU_STATE_BLOCK`` state elements (the most a launch has)."""
+    return f"{args['u_ptr'][1:]} N{tuning.bucket(args['BLOCK_N'], STATE_BLOCKS)}"
 
 
 @triton.jit
@@ -72,6 +81,7 @@ def _program_channels(A_ptr, D_ptr, bias_ptr, dpg, N, G, HAS_D: tl.constexpr, HA
     return b, g, d, d_ok, n, n_ok, dn_ok, A, bias, Dv
 
 
+@tuning.autotune(CONFIGS, key=["L", "dpg"], variant=_variant)
 @triton.jit
 def _selective_scan_fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
@@ -105,6 +115,7 @@ def _selective_scan_fwd_kernel(
     tl.store(last_ptr + (b * dim + d).to(tl.int64)[:, None] * N + n[None, :], h, mask=dn_ok)
 
 
+@tuning.autotune(CONFIGS, key=["L", "dpg"], variant=_variant)
 @triton.jit
 def _selective_scan_bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, gy_ptr, glast_ptr, ckpt_ptr, states_ptr,
@@ -238,7 +249,7 @@ def selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     y = torch.empty(u.shape, dtype=out_dtype or u.dtype, device=u.device)
     last, chunk_states = p.states(p.n_state), p.states(p.n_chunks, p.n_state)
     _selective_scan_fwd_kernel[p.grid](
-        *p.tensors, y, last, chunk_states, *p.sizes, **p.flags, num_warps=NUM_WARPS,
+        *p.tensors, y, last, chunk_states, *p.sizes, **p.flags,
     )
     return y, last, chunk_states
 
@@ -263,7 +274,7 @@ def selective_scan_bwd(grad_y, grad_last, chunk_states, u, delta, A, B, C, D=Non
     _selective_scan_bwd_kernel[p.grid](
         *p.tensors, grad_y.contiguous(), grad_last, ckpt, scratch,
         gu, gdelta, gz, gB, gC, gA, gD, gbias, *p.sizes,
-        HAS_GLAST=grad_last is not gA, **p.flags, num_warps=NUM_WARPS,
+        HAS_GLAST=grad_last is not gA, **p.flags,
     )
     gB, gC = (g.sum(2).reshape(B.shape).to(t.dtype) for g, t in ((gB, B), (gC, C)))
     return [
@@ -272,3 +283,21 @@ def selective_scan_bwd(grad_y, grad_last, chunk_states, u, delta, A, B, C, D=Non
         gz if z is not None else None,
         gbias.sum(0).to(delta_bias.dtype) if delta_bias is not None else None,
     ]
+
+
+def compile_cases() -> list[tuning.CompileCase]:
+    """Every configuration of both kernels for fp32, fp16 and bf16 inputs and the state blocks of
+    :data:`STATE_BLOCKS`, with every optional input (``tools/kernel_resources.py``)."""
+    io = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
+    fp32 = ("A_ptr", "D_ptr", "bias_ptr", "last_ptr", "ckpt_ptr", "glast_ptr", "states_ptr", "gB_ptr", "gC_ptr",
+            "gA_ptr", "gD_ptr", "gbias_ptr")
+    cases = []
+    for kernel, dtype, block_n in itertools.product(
+            (_selective_scan_fwd_kernel, _selective_scan_bwd_kernel), ("fp32", "fp16", "bf16"), STATE_BLOCKS):
+        pointers = {**{name: f"*{dtype}" for name in io}, **{name: "*fp32" for name in fp32}}
+        constexprs = dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, BLOCK_D=GPU_STATE_BLOCK // block_n,
+                          BLOCK_N=block_n)
+        if kernel is _selective_scan_bwd_kernel:
+            constexprs["HAS_GLAST"] = True
+        cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
+    return cases

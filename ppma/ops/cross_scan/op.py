@@ -16,9 +16,9 @@ import functools
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from ..selective_scan.chunked import selective_scan_chunked
 from ..selective_scan.op import check_float, selective_scan_flops
 from . import cpu
@@ -73,7 +73,7 @@ def _load_triton() -> Impl:
         shape = chunk_states_shape((batch, ROUTES * dim, height * width), A.shape[1])
         return (x.new_empty(shape, dtype=torch.float32),)
 
-    return Impl(forward, backward, cpu.backward_fake, residuals_fake)
+    return Impl(forward, backward, residuals_fake)
 
 
 def _cross_selective_scan_flops(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
@@ -93,8 +93,8 @@ SELECTIVE_OP = register(
     fake=lambda x, *rest: x.new_empty(x.shape, dtype=torch.float32),
     flops=_cross_selective_scan_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("selective_scan.scan",))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 

@@ -9,11 +9,12 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
+from .._autocast import autocast_inputs
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
 
@@ -42,15 +43,6 @@ def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
     return v.new_empty(v.shape, dtype=torch.get_autocast_dtype(device_type) if autocast else v.dtype)
 
 
-def _autocast(*tensors):
-    """The tensors in autocast's dtype when it is on for their device (as the reference's products)."""
-    device_type = tensors[-1].device.type
-    if tensors[-1].dtype == torch.float64 or not torch.is_autocast_enabled(device_type):
-        return tensors
-    dtype = torch.get_autocast_dtype(device_type)
-    return tuple(t.to(dtype) for t in tensors)
-
-
 def _load_triton() -> Impl:
     """The fused kernels. The vanilla kind keeps its softmax statistics (and, official form, the
     V2H output) as residuals and needs its output in the backward; the criss-cross kind keeps
@@ -59,14 +51,14 @@ def _load_triton() -> Impl:
     from ppma.kernels.polyline_attention.vanilla import residual_shapes
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        q, k, v = _autocast(q, k, v)
+        q, k, v = autocast_inputs(q, k, v)
         if kind == "vanilla":
             return kernels.vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form)
         return kernels.criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form), ()
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         out, *residuals = residuals
-        grad, *qkv = _autocast(grads[0], q, k, v)
+        grad, *qkv = autocast_inputs(grads[0], q, k, v)
         decays = (log_alpha, log_beta, log_gamma)
         if kind == "vanilla":
             grads = kernels.vanilla_attention_bwd(grad, out, residuals, *qkv, *decays, form)
@@ -81,7 +73,7 @@ def _load_triton() -> Impl:
         shapes = residual_shapes(q.shape, v.shape[-1], form)
         return tuple(q.new_empty(shape, dtype=torch.float32) for shape in shapes)
 
-    return Impl(forward, backward, cpu.backward_fake, residuals_fake, saves_outputs=True)
+    return Impl(forward, backward, residuals_fake, saves_outputs=True)
 
 
 OP = register(
@@ -91,8 +83,8 @@ OP = register(
     fake=_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("polyline_attention.vanilla", "polyline_attention.line"))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 

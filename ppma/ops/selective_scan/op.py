@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .chunked import selective_scan_chunked
 from .export import selective_scan_export
@@ -55,7 +55,7 @@ def _load_triton() -> Impl:
     def residuals_fake(u, delta, A, *rest):
         return (u.new_empty(chunk_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
 
-    return Impl(forward, backward, cpu.backward_fake, residuals_fake)
+    return Impl(forward, backward, residuals_fake)
 
 
 OP = register(
@@ -71,8 +71,8 @@ OP = register(
     fake=_fake,
     flops=selective_scan_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("selective_scan.scan",))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 
