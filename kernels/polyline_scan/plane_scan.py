@@ -65,12 +65,24 @@ BWD_CONFIGS = _configs([(4, 16, 4), (4, 8, 4), (4, 8, 8), (2, 8, 4), (2, 8, 8), 
 
 
 def _register_fit(per_thread, configs, args):
-    """The configurations whose tile fits ``per_thread`` elements a thread at the launch's
-    ``BLOCK_W`` and has no more channels than needed (at least one: the smallest tile)."""
-    fit = [c for c in configs
-           if c.kwargs["TILE_H"] * args["BLOCK_W"] * c.kwargs["BLOCK_C"] <= per_thread * 32 * c.num_warps
-           and c.kwargs["BLOCK_C"] <= max(pow2(args["C"]), 4)]
-    return fit or [min(configs, key=lambda c: c.kwargs["TILE_H"] * c.kwargs["BLOCK_C"] / c.num_warps)]
+    """The configurations whose tile fills half to all of ``per_thread`` elements a thread
+    at the launch's ``BLOCK_W`` (smaller tiles move more carried state) with no more channels than
+    needed; else the largest that fits, else the smallest."""
+
+    def per_thread_of(c):
+        return c.kwargs["TILE_H"] * args["BLOCK_W"] * c.kwargs["BLOCK_C"] / (32 * c.num_warps)
+
+    fit = [c for c in configs if per_thread_of(c) <= per_thread and c.kwargs["BLOCK_C"] <= max(pow2(args["C"]), 4)]
+    full = [c for c in fit if per_thread_of(c) >= per_thread / 2]
+    return full or sorted(fit, key=per_thread_of)[-1:] or [min(configs, key=per_thread_of)]
+
+
+def _launchable(kernel, per_thread: int, block_w: int, channels: int):
+    """The configurations a launch of ``kernel`` may run (the interpreter's single one, or
+    :func:`_register_fit`'s)."""
+    if len(kernel.configs) == 1:
+        return kernel.configs
+    return _register_fit(per_thread, kernel.configs, {"BLOCK_W": block_w, "C": channels})
 
 
 def _variant(args) -> str:
@@ -390,7 +402,8 @@ def forward(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, or
     y = decay_scan._buffer(x, x.dtype)
     if x.numel() == 0:
         return y
-    carry = decay_scan._buffer(x, acc, (_scratch_elements(_plane_fwd_kernel.configs, batch * heads, H, W, C, v2h + h2v),))
+    configs = _launchable(_plane_fwd_kernel, FWD_ELEMENTS_PER_THREAD, pow2(W), C)
+    carry = decay_scan._buffer(x, acc, (_scratch_elements(configs, batch * heads, H, W, C, v2h + h2v),))
 
     def grid(meta):
         return triton.cdiv(C, meta["BLOCK_C"]), batch * heads
@@ -410,11 +423,12 @@ def decay_grads(x: torch.Tensor, grad: torch.Tensor, log_alpha: torch.Tensor, lo
     v2h, h2v = ORDERS[order]
     batch, heads, H, W, C = x.shape
     acc = accumulation_dtype(x)
-    n_cblocks = max(triton.cdiv(C, c.kwargs["BLOCK_C"]) for c in _plane_bwd_kernel.configs)
+    configs = _launchable(_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, pow2(W), C)
+    n_cblocks = max(triton.cdiv(C, c.kwargs["BLOCK_C"]) for c in configs)
     partial = [decay_scan._buffer(x, acc, (n_cblocks, batch * heads, H, W)) for _ in range(2)]
     if x.numel() == 0:
         return tuple(torch.zeros_like(d) for d in (log_alpha, log_beta))
-    carry = decay_scan._buffer(x, acc, (_scratch_elements(_plane_bwd_kernel.configs, batch * heads, H, W, C, 2 * (v2h + h2v)),))
+    carry = decay_scan._buffer(x, acc, (_scratch_elements(configs, batch * heads, H, W, C, 2 * (v2h + h2v)),))
 
     def grid(meta):
         return triton.cdiv(C, meta["BLOCK_C"]), batch * heads
