@@ -95,13 +95,13 @@ def _default_variant(constexprs: tuple[str, ...], args: dict[str, Any]) -> str:
 
 
 def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[dict[str, Any]], str] | None = None,
-             prune: Callable[[list[triton.Config], dict[str, Any]], list[triton.Config]] | None = None, **kwargs):
+             prune: Callable | None = None, **kwargs):
     """``triton.autotune(configs, key, **kwargs)`` that prunes, before timing, the configurations
     whose shared memory does not fit the GPU (:func:`fitting_configs`); under the interpreter,
     ``configs[0]`` alone. ``variant``: names the launch's variant from its arguments (module doc;
-    by default every pointer's type and every launch constexpr). ``prune(configs, args)``: the
-    kernel's own pruning by its launch arguments (name -> value; at least one configuration
-    left), before the shared-memory pruning."""
+    by default every pointer's type and every launch constexpr). ``prune``: the kernel's own
+    ``early_config_prune`` (e.g. by registers at the launch's tile), applied first (so a table
+    without the launch's rows keeps the first configuration it leaves)."""
 
     def decorate(fn):
         tuned_names = {name for config in configs for name in config.kwargs}
@@ -110,9 +110,13 @@ def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[di
         if not isinstance(fn, JITFunction):  # Triton interprets it (decided by @triton.jit)
             tuned = triton.autotune(configs=list(configs[:1]), key=key, **kwargs)(fn)
         else:
-            early = functools.partial(_prune_for_device, tuning, prune)
+            fit = functools.partial(_prune_for_device, tuning)
+
+            def early_prune(configs, nargs, **launch):
+                return fit(prune(configs, nargs, **launch) if prune is not None else configs, nargs, **launch)
+
             tuned = triton.autotune(configs=list(configs), key=[*key, *launch_constexprs],
-                                    prune_configs_by={"early_config_prune": early}, **kwargs)(fn)
+                                    prune_configs_by={"early_config_prune": early_prune}, **kwargs)(fn)
         tuned.tuning = tuning
         return tuned
 
@@ -124,12 +128,9 @@ def launch_types(args: dict[str, Any]) -> dict[str, Any]:
     return {name: f"*{TRITON_TYPES[a.dtype]}" if isinstance(a, torch.Tensor) else a for name, a in args.items()}
 
 
-def _prune_for_device(tuning: Tuning, own_prune, configs, nargs, **kwargs):
-    """``early_config_prune`` of :func:`autotune`: the configurations that ``own_prune`` (if any)
-    keeps and that fit the launch's GPU."""
+def _prune_for_device(tuning: Tuning, configs, nargs, **kwargs):
+    """``early_config_prune`` of :func:`autotune`: the configurations that fit the launch's GPU."""
     args = {**nargs, **kwargs}
-    if own_prune is not None:
-        configs = own_prune(configs, args)
     device = next(a.device for a in args.values() if isinstance(a, torch.Tensor))
     return fitting_configs(tuning, tuning.variant(launch_types(args)), configs, torch.cuda.get_device_capability(device))
 

@@ -64,10 +64,12 @@ FWD_CONFIGS = _configs([(8, 16, 8), (8, 8, 8), (4, 16, 8), (4, 8, 8), (4, 8, 4),
 BWD_CONFIGS = _configs([(4, 16, 4), (4, 8, 4), (4, 8, 8), (2, 8, 4), (2, 8, 8), (1, 8, 8), (1, 4, 4)])
 
 
-def _register_fit(per_thread, configs, args):
-    """The configurations whose tile fills half to all of ``per_thread`` elements a thread
-    at the launch's ``BLOCK_W`` (smaller tiles move more carried state) with no more channels than
+def _register_fit(per_thread, configs, nargs, **launch):
+    """``early_config_prune`` of the kernels (:func:`tuning.autotune`'s ``prune``): the
+    configurations whose tile fills half to all of ``per_thread`` elements a thread at the
+    launch's ``BLOCK_W`` (smaller tiles move more carried state) with no more channels than
     needed; else the largest that fits, else the smallest."""
+    args = {**nargs, **launch}
 
     def per_thread_of(c):
         return c.kwargs["TILE_H"] * args["BLOCK_W"] * c.kwargs["BLOCK_C"] / (32 * c.num_warps)
@@ -82,7 +84,7 @@ def _launchable(kernel, per_thread: int, block_w: int, channels: int):
     :func:`_register_fit`'s)."""
     if len(kernel.configs) == 1:
         return kernel.configs
-    return _register_fit(per_thread, kernel.configs, {"BLOCK_W": block_w, "C": channels})
+    return _register_fit(per_thread, kernel.configs, {"C": channels}, BLOCK_W=block_w)
 
 
 def _variant(args) -> str:

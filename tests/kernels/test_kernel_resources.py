@@ -30,7 +30,8 @@ from ppma.kernels.polyline_attention import criss_cross, line, vanilla  # noqa: 
 from ppma.kernels.polyline_scan import decay_scan  # noqa: E402
 from ppma.kernels.selective_scan import scan  # noqa: E402
 
-KERNELS = [vanilla._fwd_kernel, vanilla._bwd_kernel, line._line_fwd_kernel, line._line_bwd_kernel,
+KERNELS = [vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
+           line._line_fwd_kernel, line._line_bwd_kernel,
            scan._selective_scan_fwd_kernel, scan._selective_scan_bwd_kernel,
            decay_scan._decay_scan_fwd_kernel, decay_scan._decay_scan_bwd_kernel]
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "kernel_resources.py"
@@ -64,7 +65,7 @@ def test_the_table_has_every_compile_case_on_every_architecture(table):
 def test_the_first_configuration_of_every_variant_fits_every_architecture(table):
     """So something always fits, and a configuration left alone after pruning (launched untimed)
     is the first one."""
-    for (kernel, variant), names in variants(table).items():
+    for names in variants(table).values():
         for arch in tuning.ARCHS:
             assert tuning.fits(table[names[0]], arch), f"{names[0]} does not fit sm_{arch}"
 
@@ -104,6 +105,7 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         scan.selective_scan_bwd(y, None, states, *args)
     for dtype in (torch.float16, torch.float64):
         x, ld = torch.randn(1, 1, 1, 3, 4, 2).to(dtype), -torch.rand(1, 1, 1, 3, 4)
+        decay_scan.decay_scan_fwd(x, ld, 3, dtype)
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
     assert {t.kernel_id for t, _ in launches} == {k.tuning.kernel_id for k in KERNELS}
     for t, variant in launches:
@@ -125,11 +127,12 @@ def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monke
             assert [tuning.row_name(kernel, variant, c) for c in kept] == [n for n in names if tuning.fits(table[n], arch)]
     # Through the autotuner's prune hook, at the H200's failing launch (3-D fp32, head dim 16).
     t = vanilla._fwd_kernel.tuning
-    args = {"Q": torch.empty(1, dtype=torch.float32), "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16}
+    args = {"Q": torch.empty(1, dtype=torch.float32), "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16,
+            "COLS": 16}
     variant = t.variant(tuning.launch_types(args))
     for capability in ((8, 0), (8, 6), (8, 9), (9, 0)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=capability: cc)
-        kept = tuning._prune_for_device(t, None, t.configs, {"Q": args["Q"]}, **{k: v for k, v in args.items() if k != "Q"})
+        kept = tuning._prune_for_device(t, t.configs, {"Q": args["Q"]}, **{k: v for k, v in args.items() if k != "Q"})
         arch = tuning.arch_of(capability)
         assert kept and all(table[tuning.row_name(t.kernel_id, variant, c)][f"sm_{arch}"]["shared"]
                             <= tuning.SHARED_MEMORY_LIMIT[arch] for c in kept)
@@ -180,10 +183,9 @@ measured = tool.measure({name: tool.all_rows()[name] for name in json.loads(sys.
 # an H200 failure) and head dims above the table's 32 (3-D fp32 official at 128, both kernels).
 first = {}
 for kernel, paper, head in ((vanilla._fwd_kernel, True, 16), (vanilla._fwd_kernel, False, 128),
-                            (vanilla._bwd_kernel, False, 128)):
-    pointers = {name: "*fp32" for name in ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "Ga", "Gb", "Gc", "O1", "LSE",
-                                           "STATS_PTR", "DQ", "dGa", "dGb", "dGc")}
-    constexprs = dict(IS_3D=True, PAPER=paper, PRECISION="ieee", BLOCK_D=head, BLOCK_DV=head)
+                            (vanilla._bwd_dkdv_kernel, False, 128)):
+    pointers = {name: "*fp32" for name in vanilla.INPUT_POINTERS + vanilla.FP32_POINTERS}
+    constexprs = dict(IS_3D=True, PAPER=paper, PRECISION="ieee", COLS=16, BLOCK_D=head, BLOCK_DV=head)
     case = tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)[0]
     first[case.name] = {f"sm_{arch}": tool.compile_case(case, arch) for arch in (86, 90)}
 kernel = vanilla._fwd_kernel
@@ -201,10 +203,11 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
     t = vanilla._fwd_kernel.tuning
     rows = []
     for dtype in ("fp32", "fp16"):
-        variant = t.variant({"Q": f"*{dtype}", "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16})
+        variant = t.variant({"Q": f"*{dtype}", "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16,
+                             "COLS": 16})
         kept = tuning.fitting_configs(t, variant, t.configs, (9, 0))
         rows.append(tuning.row_name(t.kernel_id, variant, kept[-1]))  # the largest tile kept
-    for kernel, variant in (("polyline_attention.vanilla._bwd_kernel", "bf16 3d official d<=32"),
+    for kernel, variant in (("polyline_attention.vanilla._bwd_dkdv_kernel", "bf16 3d official d<=32 cols16"),
                             ("polyline_attention.line._line_bwd_kernel", "bf16 official d<=32"),
                             ("selective_scan.scan._selective_scan_bwd_kernel", "bf16 N<=16"),
                             ("selective_scan.scan._selective_scan_fwd_kernel", "fp32 N<=1"),
@@ -225,10 +228,12 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
     # What launches without rows run: the first configuration, within the limits.
     assert len(result["first"]) == 3
     for name, by_arch in result["first"].items():
-        assert name.endswith("| BLOCK_M=16 BLOCK_N=16 w2 s1") and ("paper" in name or "d>32" in name), name
+        firsts = (vanilla.FWD_CONFIGS[0], vanilla.BWD_CONFIGS[0])
+        assert any(name.endswith(f"| {tuning.config_label(c)}") for c in firsts), name
+        assert "paper" in name or "d>32" in name, name
         for arch, got in by_arch.items():
             assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[int(arch[3:])], (name, arch, got)
     # Outside the interpreter the autotuner has every configuration, prunes, and keys on the variant.
     wiring = result["wiring"]
     assert wiring["prunes"] and wiring["configs"] == len(t.configs)
-    assert {"N", "IS_3D", "PAPER", "PRECISION", "BLOCK_D", "BLOCK_DV"} <= set(wiring["key"])
+    assert {"T", "H", "W", "IS_3D", "PAPER", "PRECISION", "COLS", "BLOCK_D", "BLOCK_DV"} <= set(wiring["key"])

@@ -3,9 +3,9 @@ Triton kernel (``ppma.kernels.selective_scan``) and its FLOP formula.
 
 The op returns ``(y, last_state)``. Backends: ``'torch'`` runs the chunked PyTorch scan
 (:mod:`.chunked`; its gradient by ``torch.func.vjp``), ``'cpu'`` (``auto`` on CPU tensors) the
-time-major in-place scan of :mod:`.cpu` (same gradient as ``'torch'``), ``'triton'`` the kernels:
-the forward keeps the state at every chunk start as its residual, so the backward does not scan
-again. The
+time-major in-place scan of :mod:`.cpu` (same gradient as ``'torch'``), ``'triton'`` the kernels
+(time tiles): the forward keeps the state at every tile start as its residual, so the backward
+recomputes each tile in registers and does not scan again. The
 sequential :mod:`.reference` is the oracle of the tests only: one Python step per time step is
 too slow to train with.
 """
@@ -42,18 +42,18 @@ def _fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
 
 
 def _load_triton() -> Impl:
-    from ppma.kernels.selective_scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
+    from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd, tile_states_shape
 
     def forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
-        y, last, chunk_states = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
-        return (y, last), (chunk_states,)
+        y, last, tile_states = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
+        return (y, last), (tile_states,)
 
     def backward(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
         grads = selective_scan_bwd(*grads, residuals[0], u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         return [g for g in grads if g is not None]
 
     def residuals_fake(u, delta, A, *rest):
-        return (u.new_empty(chunk_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
+        return (u.new_empty(tile_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
 
     return Impl(forward, backward, residuals_fake)
 
