@@ -11,7 +11,7 @@ import contextlib
 import signal
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 
 class SectionTimeout(BaseException):
@@ -30,10 +30,6 @@ class Deadline:
     def left(self) -> float:
         """Seconds until the deadline (0 once it passed)."""
         return max(0.0, self._end - self._clock())
-
-    def used(self) -> float:
-        """Seconds since the deadline was set."""
-        return self.seconds - (self._end - self._clock())
 
 
 class Budget:

@@ -16,8 +16,8 @@ keeps what it measured and says what it did not run.
    beside them.
 5. **Where the time goes** (:mod:`.step_profile`): one training step per preset under the profiler.
 
-``--quick`` (the CPU test): the ``test_*`` presets at their own small input sizes, batch 2, small
-backbone sizes, one timed run, the scripts' reduced shapes. docs/gpu.md says how to read it.
+``--quick`` (the CPU test): two ``test_*`` presets at 32x32, batch 2, backbones at 32 and 48, one
+timed run, two of the scripts at their reduced shapes. docs/gpu.md says how to read it.
 """
 from __future__ import annotations
 
@@ -32,20 +32,30 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from .budget import Budget, Deadline, SectionTimeout
 from .correctness import Row, check_preset
-from .kernel_tables import BENCHES, BenchResult, run_bench
+from .kernel_tables import BENCHES, Bench, BenchResult, run_bench
 from .official import Official, official_models
 from .step_profile import StepProfile, profile_step
-from .throughput import BackboneRow, Repeats, SpeedRow, backbone_speed, model_speed, training_step
+from .throughput import (
+    BackboneRow,
+    Repeats,
+    SpeedRow,
+    backbone_speed,
+    model_speed,
+    training_step,
+)
 
 TINY_PRESETS = ("ppma_tiny", "vmamba_tiny", "vim_tiny", "mila_tiny", "ppma_linear_tiny")
+# quick mode (a test in the default run, on two CPU cores): the test presets with the most kernels
+# behind them (polyline attention and scan; cross scan and selective scan)
+QUICK_PRESETS = ("test_ppma", "test_vmamba")
 DEFAULT_BUDGET_S = 330.0
 TOP_KERNELS = 12
 
@@ -69,7 +79,8 @@ class Settings:
     train_batch: int
     backbone_sizes: tuple[int, ...]
     repeats: Repeats
-    max_side: int | None = None  # quick: inputs no larger than this
+    max_side: int | None  # quick: inputs no larger than this
+    benches: tuple[Bench, ...]
     officials: tuple[Official, ...] = ()
 
     def input_size(self, name: str) -> tuple[int, int]:
@@ -82,12 +93,13 @@ class Settings:
 
 
 def settings(quick: bool, device: torch.device, officials: tuple[Official, ...] = ()) -> Settings:
-    """Full mode: the issue's sizes; quick mode: the ``test_*`` presets, small sizes, one timed run."""
-    tests = package_test_presets()
+    """Full mode: every tiny and ``test_*`` preset at the issue's sizes; quick mode: two ``test_*``
+    presets at 32x32, backbones at 32 and 48, no warm-up and one timed run, two kernel scripts."""
     if quick:
-        return Settings(True, device, tests, tests, 2, 2, (32, 48), Repeats(0, 1), 32, officials)
-    return Settings(False, device, TINY_PRESETS + tests, TINY_PRESETS, 128, 64, (1024, 1280), Repeats(2, 5), None,
-                    officials)
+        return Settings(True, device, QUICK_PRESETS, QUICK_PRESETS, 2, 2, (32, 48), Repeats(0, 1), 32,
+                        tuple(b for b in BENCHES if b.quick is not None), officials)
+    return Settings(False, device, TINY_PRESETS + package_test_presets(), TINY_PRESETS, 128, 64, (1024, 1280),
+                    Repeats(2, 5), None, BENCHES, officials)
 
 
 @dataclass(frozen=True)
@@ -142,7 +154,7 @@ def run_items(section: Section, items: list[tuple[str, Callable[[], object]]], d
             result = call()
             for row in (result if isinstance(result, (list, tuple)) or hasattr(result, "__next__") else [result]):
                 section.rows.append(row)
-        except Exception as err:  # one item's failure is a result: report it and go on
+        except Exception as err:  # noqa: BLE001 - one item's failure is a result: report it and go on
             section.rows.append(Failure(label, describe(err)))
             print(f"[{section.title}] {label}: {describe(err)}", file=sys.stderr, flush=True)
         finally:
@@ -155,9 +167,9 @@ def correctness_items(s: Settings, deadline: Deadline) -> list:
 
 
 def kernel_table_items(s: Settings, deadline: Deadline) -> list:
-    shares = Budget(max(deadline.left(), 1e-3), {str(i): 1.0 for i in range(len(BENCHES))})
+    shares = Budget(max(deadline.left(), 1e-3), {str(i): 1.0 for i in range(len(s.benches))})
     return [(f"kernels/bench/{b.script} {' '.join(b.args(s.quick))}",
-             lambda i=i, b=b: run_bench(b, s.device, s.quick, shares.share(str(i)))) for i, b in enumerate(BENCHES)]
+             lambda i=i, b=b: run_bench(b, s.device, s.quick, shares.share(str(i)))) for i, b in enumerate(s.benches)]
 
 
 def timm_builder(name: str, **kwargs) -> Callable[[], torch.nn.Module]:
@@ -250,10 +262,10 @@ def render_kernel_tables(section: Section, s: Settings) -> list[str]:
 
 
 def render_models(section: Section, s: Settings) -> list[str]:
-    shape = "each preset's own input size" if s.quick else "224x224"
-    lines = [f"bf16 autocast, {shape}; inference at batch {s.infer_batch} (`inference_mode`), training (AdamW) at "
-             f"batch {s.train_batch}. Peak MiB: allocated beyond the weights, the input and the optimizer state. "
-             "Backend `-`: an official model.", "",
+    shape = "32x32" if s.quick else "224x224"
+    lines = [(f"bf16 autocast, {shape}; inference at batch {s.infer_batch} (`inference_mode`), training (AdamW) at "
+              f"batch {s.train_batch}. Peak MiB: allocated beyond the weights, the input and the optimizer state. "
+              "Backend `-`: an official model."), "",
              "| model | backend | inference img/s | inference peak MiB | training img/s | training peak MiB |",
              "|---|---|---:|---:|---:|---:|"]
     return lines + [f"| {r.model} | {r.backend} | {fmt_number(r.infer_img_s)} | {fmt_number(r.infer_peak_mib)} | "
@@ -262,8 +274,8 @@ def render_models(section: Section, s: Settings) -> list[str]:
 
 
 def render_backbones(section: Section, s: Settings) -> list[str]:
-    lines = ["bf16 autocast inference of each preset's `features_only` backbone (the official one: its four "
-             f"stage outputs) on one image of {' and of '.join(f'{n}x{n}' for n in s.backbone_sizes)}.", "",
+    lines = [("bf16 autocast inference of each preset's `features_only` backbone (the official one: its four "
+              f"stage outputs) on one image of {' and of '.join(f'{n}x{n}' for n in s.backbone_sizes)}."), "",
              "| backbone | backend | size | ms | peak MiB beyond the weights |", "|---|---|---:|---:|---:|"]
     return lines + [f"| {r.model} | {r.backend} | {r.size} | {fmt_number(r.ms)} | {fmt_number(r.peak_mib)} |"
                     for r in section.rows if isinstance(r, BackboneRow)]
@@ -271,15 +283,15 @@ def render_backbones(section: Section, s: Settings) -> list[str]:
 
 def render_profiles(section: Section, s: Settings) -> list[str]:
     unit = "kernel" if s.device.type == "cuda" else "aten operator"
-    lines = [f"One bf16 training step (batch {s.train_batch}) per model on `auto`: the step's median wall time "
-             f"unprofiled, then one step under `torch.profiler`: {unit} calls per step, their summed self time "
-             f"and the top {TOP_KERNELS} by self time."]
+    lines = [(f"One bf16 training step (batch {s.train_batch}) per model on `auto`: the step's median wall time "
+              f"unprofiled, then one step under `torch.profiler`: {unit} calls per step, their summed self time "
+              f"and the top {TOP_KERNELS} by self time.")]
     for p in section.rows:
         if not isinstance(p, StepProfile):
             continue
         m = p.summary
-        lines += ["", f"### {p.model}: step {fmt_number(p.step_ms)} ms, {m.launches:.0f} {unit} calls, "
-                      f"{fmt_number(m.kernel_ms)} ms of {unit} time", "",
+        lines += ["", (f"### {p.model}: step {fmt_number(p.step_ms)} ms, {m.launches:.0f} {unit} calls, "
+                       f"{fmt_number(m.kernel_ms)} ms of {unit} time"), "",
                   f"| {unit} | calls | ms | share |", "|---|---:|---:|---:|"]
         for k in m.top:
             share = 100 * k.ms / m.kernel_ms if m.kernel_ms > 0 else 0.0
@@ -326,14 +338,14 @@ def environment(s: Settings, command: str) -> list[str]:
         triton_version = triton.__version__ + (" (interpreter: TRITON_INTERPRET=1)" if interpreted() else "")
     else:
         triton_version = "not installed"
-    lines = [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+    lines = [f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
              f"- command: `{command}`",
              f"- device: {device}",
-             f"- versions: Python {platform.python_version()}, torch {torch.__version__}, Triton {triton_version}, "
-             f"timm {timm.__version__}, ppma {ppma.__version__}{git_commit()}",
+             (f"- versions: Python {platform.python_version()}, torch {torch.__version__}, Triton {triton_version}, "
+              f"timm {timm.__version__}, ppma {ppma.__version__}{git_commit()}"),
              f"- mode: {'quick' if s.quick else 'full'}", "",
-             f"The backend each op selects on this device with `{ENV_VAR}` as the report found it "
-             f"({os.environ.get(ENV_VAR, 'unset: auto')}):", "",
+             (f"The backend each op selects on this device with `{ENV_VAR}` as the report found it "
+              f"({os.environ.get(ENV_VAR, 'unset: auto')}):"), "",
              "| op | selected | triton |", "|---|---|---|"]
     return lines + [f"| {op} | {row['selected']} | {row.get('triton', '')} |"
                     for op, row in backend_report(s.device).items()]
@@ -344,7 +356,7 @@ def git_commit() -> str:
     root = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
+                             text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return f" at {out.stdout.strip()}" if out.returncode == 0 else ""
@@ -387,7 +399,7 @@ def run_sections(s: Settings, budget_s: float) -> list[Section]:
         except SectionTimeout:
             section.status = f"stopped at its time limit ({section.limit_s:.0f} s)" + (
                 f" during {section.running}" if section.running else "")
-        except Exception as err:  # a broken section is reported, the others still run
+        except Exception as err:  # noqa: BLE001 - a broken section is reported, the others still run
             section.status = f"failed: {describe(err)}"
             traceback.print_exc()
         finally:

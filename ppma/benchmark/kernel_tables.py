@@ -22,26 +22,28 @@ import ppma.kernels
 
 @dataclass(frozen=True)
 class Bench:
-    """One script of ``kernels/bench`` and its arguments (besides ``--device``) in each mode."""
+    """One script of ``kernels/bench`` and its arguments (besides ``--device``) in each mode
+    (``quick`` None: full mode only)."""
 
     script: str
     full: tuple[str, ...]
-    quick: tuple[str, ...]
+    quick: tuple[str, ...] | None
 
     def args(self, quick: bool) -> tuple[str, ...]:
+        if quick and self.quick is None:
+            raise ValueError(f"kernels/bench/{self.script} {' '.join(self.full)} runs in full mode only")
         return self.quick if quick else self.full
 
 
-# quick: the scripts' reduced shapes, the PyTorch columns only (the Triton interpreter's times say
-# nothing, and the kernel tests cover it), one repeat.
+# quick: two scripts, their reduced shapes, the PyTorch columns only (the Triton interpreter's
+# times say nothing, and the kernel tests cover it), one repeat.
 QUICK = ("--repeat", "1", "--impls", "torch", "--dtypes", "fp32")
 BENCHES = (
     Bench("polyline_scan.py", ("--repeat", "5", "--dtypes", "bf16"), ("--quick", *QUICK)),
     Bench("polyline_attention.py", ("--repeat", "5"), ("--quick", *QUICK)),
-    Bench("polyline_attention.py", ("--repeat", "5", "--kind", "criss_cross"), ("--quick", "--kind", "criss_cross", *QUICK)),
-    Bench("selective_scan.py", ("--repeat", "5"), ("--small", *QUICK)),
-    Bench("polyline_linear_attention.py", ("--repeat", "3"),
-          ("--sizes", "64", "--models", "ppma_linear_tiny", "--repeat", "1")),
+    Bench("polyline_attention.py", ("--repeat", "5", "--kind", "criss_cross"), None),
+    Bench("selective_scan.py", ("--repeat", "5"), None),
+    Bench("polyline_linear_attention.py", ("--repeat", "3"), None),
 )
 
 

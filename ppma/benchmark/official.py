@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import torch
 
 PPMA_FILE = "classification/models/PPMA.py"  # github.com/zhongchenzhao/PPMA
 MLLA_FILE = "models/mlla.py"  # github.com/LeapLabTHU/MLLA
 # PPMA-T's configuration (as the release's PPMAViT_T sets it) for the release's backbone class.
-PPMA_T = dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 8, 2], num_heads=[4, 4, 8, 16], init_values=[2] * 4,
-              heads_ranges=[4, 4, 6, 6], mlp_ratios=[3] * 4, chunkwise_recurrents=[True, True, False, False])
-MLLA_T = dict(embed_dim=64, depths=[2, 4, 8, 4], num_heads=[2, 4, 8, 16])
+PPMA_T = {"embed_dims": [64, 128, 256, 512], "depths": [2, 2, 8, 2], "num_heads": [4, 4, 8, 16],
+          "init_values": [2] * 4, "heads_ranges": [4, 4, 6, 6], "mlp_ratios": [3] * 4,
+          "chunkwise_recurrents": [True, True, False, False]}
+MLLA_T = {"embed_dim": 64, "depths": [2, 4, 8, 4], "num_heads": [2, 4, 8, 16]}
 
 
 def official_file(directory: str | Path, relative: str) -> Path:

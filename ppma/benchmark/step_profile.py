@@ -7,8 +7,8 @@ records on the device) by their self device time. On the CPU there are no kernel
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 from torch.autograd import DeviceType

@@ -9,8 +9,8 @@ running sum of the allocations the profiler records.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
