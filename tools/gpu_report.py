@@ -3,9 +3,9 @@
     python tools/gpu_report.py [--quick] [--device cuda|cpu] [--output REPORT.md]
                                [--official-ppma DIR] [--official-mlla DIR] [--budget SECONDS]
 
-The sections and options: ``python tools/gpu_report.py --help`` (:mod:`ppma.benchmark.gpu_report`).
+The sections and options: ``python tools/gpu_report.py --help`` (:mod:`ppma.bench.gpu.gpu_report`).
 """
-from ppma.benchmark.gpu_report import main
+from ppma.bench.gpu.gpu_report import main
 
 if __name__ == "__main__":
     main()

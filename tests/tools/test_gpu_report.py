@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from ppma.benchmark import kernel_tables
-from ppma.benchmark.budget import Budget, Deadline, SectionTimeout, time_limit
-from ppma.benchmark.correctness import Errors, Row, Run, compare, relative_error
-from ppma.benchmark.gpu_report import QUICK_PRESETS, main
-from ppma.benchmark.official import official_models
-from ppma.benchmark.step_profile import summarize
+from ppma.bench.gpu import kernel_tables
+from ppma.bench.gpu.budget import Budget, Deadline, SectionTimeout, time_limit
+from ppma.bench.gpu.correctness import Errors, Row, Run, compare, relative_error
+from ppma.bench.gpu.gpu_report import QUICK_PRESETS, main
+from ppma.bench.gpu.official import official_models
+from ppma.bench.gpu.step_profile import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ("Correctness", "Kernel tables", "Whole models", "Backbones at large sizes", "Where the time goes",

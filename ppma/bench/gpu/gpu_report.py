@@ -353,7 +353,7 @@ def environment(s: Settings, command: str) -> list[str]:
 
 def git_commit() -> str:
     """`` at <commit>`` of the source checkout the package runs from, or ``''``."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=False)
@@ -449,3 +449,7 @@ def main(argv: list[str] | None = None) -> Path:
     output.write_text(render(s, command_line(argv), sections, time.monotonic() - start))
     print(f"wrote {output}", flush=True)
     return output
+
+
+if __name__ == "__main__":
+    main()

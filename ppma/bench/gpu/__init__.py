@@ -1,4 +1,4 @@
-"""Measuring the package on a device: the GPU report (``python tools/gpu_report.py``, docs/gpu.md).
+"""The GPU report (``python tools/gpu_report.py``, docs/gpu.md).
 
 One module per concern: :mod:`.budget` (the sections' time limits), :mod:`.correctness` (``auto``
 against ``torch`` on whole models), :mod:`.kernel_tables` (the ``kernels/bench`` scripts),
