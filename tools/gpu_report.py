@@ -1,4 +1,4 @@
-"""Measure the package on a GPU in at most 6 minutes and write one Markdown report (docs/gpu.md).
+"""Measure the package on a GPU within a budget made to fit 6 minutes; write one Markdown report (docs/gpu.md).
 
     python tools/gpu_report.py [--quick] [--device cuda|cpu] [--output REPORT.md]
                                [--official-ppma DIR] [--official-mlla DIR] [--budget SECONDS]

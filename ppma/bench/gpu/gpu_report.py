@@ -3,9 +3,9 @@
     python tools/gpu_report.py [--quick] [--device cuda|cpu] [--output REPORT.md]
                                [--official-ppma DIR] [--official-mlla DIR] [--budget SECONDS]
 
-Sections, run in this order, each within its share of ``--budget`` (default 330 s, so that the
-whole run, imports included, fits 6 minutes on an H100): a section that runs out of time stops,
-keeps what it measured and says what it did not run.
+Sections, run in this order, each within its share of ``--budget`` (default 330 s, meant to keep
+the whole run, imports included, within 6 minutes on an H100): a section that runs out of time
+stops, keeps what it measured and says what it did not run.
 
 1. **Correctness** (:mod:`.correctness`): ``auto`` against ``torch`` on (full mode) every tiny
    preset, then every ``test_*`` preset.
