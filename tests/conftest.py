@@ -29,3 +29,16 @@ def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if report.failed:
         report.sections.append(("seed", f"this test ran with seed {seed_of(item.nodeid)} (tests/conftest.py: fixed_seed)"))
+
+
+@pytest.fixture
+def resource_table(monkeypatch):
+    """Replace the Triton kernels' resource table: ``set_to(rows)`` (see kernels/common/tuning.py)."""
+    from ppma.kernels.common import tuning
+
+    def set_to(rows: dict):
+        monkeypatch.setattr(tuning, "resource_table", lambda: rows)
+        tuning.unfit_variants.cache_clear()
+
+    yield set_to
+    tuning.unfit_variants.cache_clear()

@@ -15,6 +15,12 @@ variants before and after (CUDA only; the interpreter compiles nothing).
 ``--quick`` runs reduced shapes (the CPU smoke test: Triton then runs in its interpreter, so its
 CPU times say nothing about GPU speed; FlexAttention has no CPU backward). Whole models:
 ``tools/benchmark.py --model``.
+
+Before the timings, the cost model of the vanilla kernels per shape (:func:`vanilla_model`):
+tensor-core FLOPs, exponentials and other elementwise operations per pass, with the padding of
+the grid-aligned tiles, against the minimum (unmasked attention on the same ``q``, ``k``, ``v``:
+FlashAttention-2's products and one exponential per weight), and the bytes each pass must move
+through DRAM against the bytes its tiles stream through L2.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.strided import pow2
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.ops import polyline_attention, polyline_attention_reference
 from ppma.ops.polyline_attention.flex import polyline_attention_flex
@@ -76,6 +83,57 @@ def attend(impl, kind, form, device):
     return sdpa
 
 
+def vanilla_model(shape, form, element_size, block=64):
+    """Cost model of the vanilla kernels for one ``(B, heads, H, W, d)`` shape (``d = dv``) with
+    fixed tiles of ``block`` tokens: per pass (``fwd``, ``bwd``) ``{'tensor': FLOPs of the
+    products (two per multiply-add), 'exp': exponentials, 'other': other elementwise operations,
+    'dram': bytes that must cross DRAM, 'l2': bytes the loop tiles stream}``, counted on the
+    padded tiles, and the minimum (``'min_tensor'``, ``'min_exp'``: FlashAttention-2's products
+    and one exponential per weight, without padding)."""
+    from ppma.kernels.polyline_attention.vanilla import columns
+
+    b, heads, hh, ww, d = shape
+    n, bh = hh * ww, b * heads
+    official = form == "official"
+    io = bh * n * (2 * d * element_size + 3 * 4)  # q and k (or v), three cumulative sums
+    # other elementwise operations per weight, counted by hand from the kernels' source: forward,
+    # the two masks' broadcasts (6) and per softmax add, select, max, subtract, sum, convert (7
+    # each; paper: one softmax, the masks' exponentials' sum and product); backward, per pass the
+    # masks (6), the probabilities (6), the softmax gradient (7), the decay terms (3), converts
+    passes = {
+        # products per weight: QK^T + PV (two PV official) | dk/dv pass: QK^T, dO V^T, P^T dO,
+        # dS^T Q; dq pass: QK^T, dO V^T, dS K
+        "fwd": dict(products=3 if official else 2, exp=2 if official else 3, other=20 if official else 13,
+                    streams=1, dram=io + bh * n * (d * element_size + 4 * (d + 2)), min_products=2),
+        "bwd": dict(products=7, exp=4 if official else 6, other=48, streams=2,
+                    dram=2 * io + bh * n * (4 * d * element_size + 4 * 12), min_products=5),
+    }
+    model = {}
+    for name, p in passes.items():
+        cols = columns(ww, backward=name == "bwd")
+        rows, col_blocks = block // cols, -(-ww // cols)
+        fixed = -(-hh // rows) * rows * col_blocks * cols  # padded tokens, fixed side
+        loop = hh * col_blocks * cols  # padded tokens, loop side
+        pairs = bh * fixed * loop
+        model[name] = {"tensor": 2 * pairs * d * p["products"], "exp": pairs * p["exp"], "other": pairs * p["other"],
+                       "dram": p["dram"], "l2": p["streams"] * bh * (fixed // block) * loop * 2 * d * element_size,
+                       "min_tensor": 2 * bh * n * n * d * p["min_products"], "min_exp": bh * n * n}
+    return model
+
+
+def print_model(shapes, form, dtype):
+    """The :func:`vanilla_model` table (GFLOP, G exponentials, MB), one row per shape and pass."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | other G ops | DRAM MB | L2 MB |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for shape in shapes:
+        for name, row in vanilla_model(shape, form, size).items():
+            print(f"| {shape} | {name} | {row['tensor'] / 1e9:.3g} ({row['min_tensor'] / 1e9:.3g}) |"
+                  f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) | {row['other'] / 1e9:.3g} |"
+                  f" {row['dram'] / 1e6:.3g} | {row['l2'] / 1e6:.3g} |")
+    print()
+
+
 def attention_flops(shape, backward):
     """``QK^T`` and ``PV`` at two FLOPs per multiply-add; forward+backward counts 3.5 forwards."""
     b, heads, hh, ww, d = shape
@@ -105,7 +163,7 @@ def run_case(impl, shape, dtype, device, backward, kind, form, warmup, repeat, m
     fn = attend(impl, kind, form, device)
     if backward:
         def step():
-            torch.autograd.grad(fn(*inputs), inputs[:3] if impl in ("sdpa", "flex") else inputs, grad)
+            torch.autograd.grad(fn(*inputs), inputs[:3] if impl == "sdpa" else inputs, grad)
     else:
         def step():
             with torch.no_grad():
@@ -125,21 +183,24 @@ def count_variants(kernels, device) -> int:
 
 def recompilation_check(device, dtype, kind, form, sizes=20):
     """Run forward and backward on ``sizes`` random grids and batch sizes (a detection loader's
-    variety); returns ``(variants after the first size, variants after all)``."""
+    variety); returns ``(variants after the first size, variants after all, tile widths seen)``:
+    the vanilla forward specializes on its tile width (16 or 32 columns), nothing else does."""
     from ppma.kernels.polyline_attention import line, vanilla
 
-    kernels = (vanilla._fwd_kernel, vanilla._bwd_kernel, line._line_fwd_kernel, line._line_bwd_kernel)
+    kernels = [k.fn for k in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
+                              line._line_fwd_kernel, line._line_bwd_kernel)]
     rng = random.Random(0)
-    counts = []
+    counts, buckets = [], set()
     for i in range(sizes):
         shape = (rng.randint(1, 4), 8, rng.randint(10, 64), rng.randint(10, 64), 32)
+        buckets.add(vanilla.columns(shape[3], backward=False))
         inputs, grad = make_inputs(shape, dtype, device, True)
         out = polyline_attention(*inputs, kind=kind, form=form, backend="triton")
         torch.autograd.grad(out, inputs, grad)
         if i == 0:
             counts.append(count_variants(kernels, device))
     counts.append(count_variants(kernels, device))
-    return counts
+    return (*counts, len(buckets))
 
 
 def main(argv=None):
@@ -164,6 +225,9 @@ def main(argv=None):
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# polyline_attention benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# kind={args.kind!r} form={args.form!r}; median of {repeat} runs; TFLOP/s: QK^T and PV only\n")
+    if args.kind == "vanilla":
+        print(f"## cost model of the vanilla kernels ({args.form}, {args.dtypes[0]}, 64-token tiles)\n")
+        print_model(shapes, args.form, DTYPES[args.dtypes[0]])
     print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|")
     for shape in shapes:
@@ -183,9 +247,9 @@ def main(argv=None):
                     print(f"{head} {row['time_ms']:.4g} | {row['peak'] / 2**20:.1f} | {row['tflops']:.3g} |"
                           f" {vs_ref} | {vs_floor} |")
     if device.type == "cuda":
-        first, last = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
-        print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all"
-              f" ({'no recompilation' if first == last else 'RECOMPILED'})")
+        first, last, buckets = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
+        print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all,"
+              f" over {buckets} tile widths ({'as expected' if last <= first * buckets else 'RECOMPILED'})")
     else:
         print("\n# recompilation check: CUDA only (the interpreter compiles nothing)")
 

@@ -10,6 +10,15 @@ bandwidth, peak memory beyond the inputs, and the speed-up over the PyTorch refe
 Bytes that must move: forward reads ``x`` and the decays and writes ``y``; forward+backward adds
 reading ``dy`` and ``x`` (and the decays again), writing ``dx`` and the decay gradients.
 
+Bytes the kernels move (``model`` column, Triton rows of 2-D grids, the fused kernels of
+``ppma.kernels.polyline_scan.plane_scan`` with the tiling the autotuner chose), as a multiple of
+that minimum: each kernel reads its inputs twice (two sweeps) and writes its outputs once, plus
+the carried states (fp32, one row of ``BLOCK_W x BLOCK_C`` per tile of ``TILE_H`` rows, written
+and read back; two forward, four for the decay gradients) and the decays (seven tile loads a
+tile, once per channel block; L2 may serve the repeats). The decay-gradient kernel also writes
+one fp32 partial sum per channel block, which ``torch.sum`` reads back. The backward is the
+forward kernel on ``dy`` (``dx``) and the decay-gradient kernel.
+
     python kernels/bench/polyline_scan.py                      # CUDA, the shapes PPMA meets
     TRITON_INTERPRET=1 python kernels/bench/polyline_scan.py --quick --device cpu --threads 1
 
@@ -27,6 +36,7 @@ import torch
 
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memory
+from ppma.kernels.polyline_scan import plane_scan
 from ppma.ops import polyline_mask, polyline_scan, polyline_scan_reference
 
 # (B, heads, H, W, C)
@@ -66,6 +76,30 @@ def must_move(x, n_decays, backward):
     return 5 * x_bytes + 3 * d_bytes if backward else 2 * x_bytes + d_bytes
 
 
+def _fused_kernel_bytes(shape, itemsize, config, tensors_in, tensors_out, states):
+    """Bytes one fused kernel moves (module docstring) for ``x`` of ``shape`` with ``config``."""
+    b, heads, hh, ww, c = shape
+    tile_h, block_c = config.kwargs["TILE_H"], config.kwargs["BLOCK_C"]
+    planes, tiles, blocks = b * heads, -(-hh // tile_h), -(-c // block_c)
+    block_w = plane_scan.pow2(ww)
+    elements = planes * hh * ww * c
+    carried = states * planes * tiles * block_w * blocks * block_c * 4 * 2
+    decays = 7 * 4 * planes * tiles * tile_h * block_w * blocks
+    return (2 * tensors_in + tensors_out) * elements * itemsize + carried + decays
+
+
+def kernel_bytes(shape, itemsize, backward):
+    """Bytes the fused kernels move for one forward (and backward), with the tilings chosen."""
+    forward = _fused_kernel_bytes(shape, itemsize, plane_scan._plane_fwd.best_config, 1, 1, 2)
+    if not backward:
+        return forward
+    grads_config = plane_scan._plane_bwd.best_config
+    tokens, blocks = shape[0] * shape[1] * shape[2] * shape[3], -(-shape[4] // grads_config.kwargs["BLOCK_C"])
+    partial_sums = 2 * 4 * tokens * (2 * blocks + 3)  # written, read by torch.sum, summed, copied out
+    decay_grads = _fused_kernel_bytes(shape, itemsize, grads_config, 2, 0, 4) + partial_sums
+    return 2 * forward + decay_grads  # forward, then dx (the forward kernel on dy) and the decay gradients
+
+
 def mask_bytes(shape):
     b, heads, hh, ww, _ = shape
     return b * heads * (hh * ww) ** 2 * 4
@@ -91,7 +125,10 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
         peak = peak_memory(step, device)
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
-    return {"time_ms": seconds * 1e3, "gbps": must_move(inputs[0], 2, backward) / seconds / 1e9, "peak": peak}
+    row = {"time_ms": seconds * 1e3, "gbps": must_move(inputs[0], 2, backward) / seconds / 1e9, "peak": peak}
+    if impl == "triton" and plane_scan.fits(shape[3]):
+        row["model"] = kernel_bytes(shape, inputs[0].element_size(), backward) / must_move(inputs[0], 2, backward)
+    return row
 
 
 def main(argv=None):
@@ -119,8 +156,9 @@ def main(argv=None):
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# polyline_scan benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# order='both'; copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
-    print("| shape (B, heads, H, W, C) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB | vs torch |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("| shape (B, heads, H, W, C) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB | vs torch |"
+          " model |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:
         for dname in args.dtypes:
             for backward in (False, True):
@@ -130,12 +168,13 @@ def main(argv=None):
                 for impl, row in rows.items():
                     head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
                     if "time_ms" not in row:
-                        print(f"{head} {row['note']} | | | | |")
+                        print(f"{head} {row['note']} | | | | | |")
                         continue
                     peak = f"{row['peak'] / 2**20:.1f}"
                     speedup = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
+                    model = f"{row['model']:.2f}x" if "model" in row else ""
                     print(f"{head} {row['time_ms']:.4g} | {row['gbps']:.3g} | {100 * row['gbps'] * 1e9 / copy_bw:.3g} |"
-                          f" {peak} | {speedup} |")
+                          f" {peak} | {speedup} | {model} |")
 
 
 if __name__ == "__main__":

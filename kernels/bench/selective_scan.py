@@ -4,11 +4,15 @@ For the shapes VMamba-T and Vim-T meet, forward and forward+backward: median tim
 bandwidth over the bytes that must move, as a fraction of the measured copy bandwidth, peak
 memory beyond the inputs, and the speed-up over the sequential reference.
 
-Bytes that must move: forward reads every input and writes ``y``; forward+backward reads the
-inputs twice (forward, backward) and ``dy`` and writes ``y`` and a gradient per input.
+The bytes model (:func:`ppma.kernels.selective_scan.scan.modelled_bytes`): the minimum any
+implementation must move (forward: read ``u``, ``delta``, ``B``, ``C``, ``z``, write ``y``;
+forward+backward: those again with ``dy``, and a gradient written per input), and what the Triton
+kernels move (the minimum plus their tile-start states, per-tile sums, adjoint carries and the
+fp32 per-slice ``dB``/``dC``). ``--model`` prints the model alone (no device needed).
 
     python kernels/bench/selective_scan.py                   # CUDA: the full shapes
     python kernels/bench/selective_scan.py --small --device cpu --threads 1
+    python kernels/bench/selective_scan.py --model                   # the bytes model, bf16 and fp32
 
 ``--small`` runs the same channel layouts at batch 2 (and the stage-1 map at 28x28), a couple of
 minutes on a CPU. On the CPU the Triton rows are skipped: its interpreter's times say nothing
@@ -24,6 +28,7 @@ import torch
 
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memory
+from ppma.kernels.selective_scan.scan import modelled_bytes
 from ppma.ops import selective_scan
 from ppma.ops.selective_scan import selective_scan_reference
 from ppma.ops.selective_scan.reference import random_inputs
@@ -57,8 +62,12 @@ IMPLS = {
 }
 
 
-def nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+def bytes_model(shape, dtype, backward) -> dict[str, int]:
+    """``{'minimum': bytes, 'triton': bytes}`` for a table shape (:func:`modelled_bytes`)."""
+    batch, groups, per_route, n_state, length, options = shape
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    return modelled_bytes(batch, groups * per_route, n_state, length, groups, itemsize, options.get("z", False),
+                          backward)
 
 
 def run_case(impl, shape, dtype, device, backward, warmup, repeat):
@@ -84,8 +93,22 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat):
         peak = peak_memory(step, device)
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
-    moved = 3 * nbytes(leaves) + 2 * nbytes([grad]) if backward else nbytes(leaves) + nbytes([grad])
+    moved = bytes_model(shape, dtype, backward)["minimum"]
     return {"time_ms": seconds * 1e3, "gbps": moved / seconds / 1e9, "peak": peak}
+
+
+def print_model(shapes, dtypes):
+    """The bytes model's table: MB the Triton kernels move against the minimum."""
+    print("| shape | (batch, dim, N, L, G) | dtype | pass | minimum MB | triton MB | triton / minimum |")
+    print("|---|---|---|---|---:|---:|---:|")
+    for label, shape in shapes.items():
+        batch, groups, per_route, n_state, length, _ = shape
+        for dname in dtypes:
+            for backward in (False, True):
+                model = bytes_model(shape, DTYPES[dname], backward)
+                print(f"| {label} | {(batch, groups * per_route, n_state, length, groups)} | {dname} |"
+                      f" {'fwd+bwd' if backward else 'fwd'} | {model['minimum'] / 1e6:.1f} |"
+                      f" {model['triton'] / 1e6:.1f} | {model['triton'] / model['minimum']:.3f} |")
 
 
 def main(argv=None):
@@ -97,7 +120,11 @@ def main(argv=None):
     parser.add_argument("--impls", nargs="+", choices=sorted(IMPLS), default=list(IMPLS))
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--model", action="store_true", help="print the bytes model only (no timing)")
     args = parser.parse_args(argv)
+    if args.model:
+        print_model(SMALL_SHAPES if args.small else FULL_SHAPES, args.dtypes or ["bf16", "fp32"])
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -114,8 +141,8 @@ def main(argv=None):
     print(f"# selective_scan benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
     print("| shape | (batch, dim, N, L, G) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB |"
-          " vs reference |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|---:|")
+          " vs reference | modelled bytes / minimum |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for label, shape in shapes.items():
         batch, groups, per_route, n_state, length, _ = shape
         dims = (batch, groups * per_route, n_state, length, groups)
@@ -124,14 +151,16 @@ def main(argv=None):
                 rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, warmup, repeat)
                         for impl in args.impls}
                 ref_ms = rows.get("reference", {}).get("time_ms")
+                model = bytes_model(shape, DTYPES[dname], backward)
                 for impl, row in rows.items():
                     head = f"| {label} | {dims} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
+                    ratio = f"{model[impl] / model['minimum']:.3f}" if impl in model else "not modelled"
                     if "time_ms" not in row:
-                        print(f"{head} {row['note']} | | | | |", flush=True)
+                        print(f"{head} {row['note']} | | | | | {ratio} |", flush=True)
                         continue
                     speedup = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
                     print(f"{head} {row['time_ms']:.4g} | {row['gbps']:.3g} | {100 * row['gbps'] * 1e9 / copy_bw:.3g} |"
-                          f" {row['peak'] / 2**20:.1f} | {speedup} |", flush=True)
+                          f" {row['peak'] / 2**20:.1f} | {speedup} | {ratio} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,41 @@
 """Launch configurations of the Triton kernels: autotuning over a small set, and the facts that
 say which configuration fits which GPU.
 
-- Every kernel launches through :func:`autotune` (``triton.autotune``'s arguments). Under
-  Triton's CPU interpreter only the first configuration runs, so the tests stay fast; on a GPU
-  the first call with a new key times every configuration that fits and keeps the fastest.
+- Every kernel launches through :func:`autotune` (``triton.autotune``'s arguments plus a
+  ``variant`` function). Under Triton's CPU interpreter only the first configuration runs, so the
+  tests stay fast; on a GPU the first call with a new key times every configuration that fits and
+  keeps the fastest (docs/autotuning.md). The key gets every constexpr the launcher passes, so a
+  choice made for one variant (dtype, 2-D/3-D, ...) is never reused for another.
+- A *variant* is what the launcher fixes: the kernel's dtypes and launch constexprs, named by the
+  kernel's ``variant(args)`` (``args``: argument name -> Triton type such as ``'*fp16'`` for a
+  pointer, the value for a constexpr). The configuration is what the autotuner varies.
 - :data:`SHARED_MEMORY_LIMIT`: the most shared memory one program may use, per architecture.
-- :class:`CompileCase`: one compilation of a kernel without a GPU (a signature, its constexprs,
-  warps and stages). Each kernel module lists its cases in ``compile_cases()``;
-  ``tools/kernel_resources.py`` compiles them for every architecture in :data:`ARCHS`.
+  ``tools/kernel_resources.py`` compiles every kernel module's ``compile_cases()`` for every
+  architecture in :data:`ARCHS` and writes :data:`RESOURCES_PATH`; :func:`fitting_configs` reads
+  it to prune, before timing, the configurations that do not fit the running GPU.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
+import torch
 import triton
-
-from .runtime import interpreted
+from triton.runtime.jit import JITFunction
 
 # Opt-in shared memory per thread block (bytes), by compute capability (major * 10 + minor).
 SHARED_MEMORY_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448}
 ARCHS = tuple(SHARED_MEMORY_LIMIT)
+RESOURCES_PATH = Path(__file__).with_name("resources.json")
+# The modules (below ``ppma.kernels``) whose kernels the table covers: each has ``compile_cases()``.
+KERNEL_MODULES = ("polyline_attention.vanilla", "polyline_attention.line", "selective_scan.scan",
+                  "polyline_scan.decay_scan")
+
+TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +43,8 @@ class CompileCase:
     """One compilation of ``kernel`` (the ``@triton.jit`` function, not its autotuner).
 
     ``signature``: every non-constexpr argument's Triton type (``'*bf16'``, ``'i32'``, ...);
-    ``constexprs``: every constexpr argument's value; ``name``: what the resource table calls it.
+    ``constexprs``: every constexpr argument's value; ``name``: what the resource table calls it,
+    ``'<kernel> | <variant> | <config>'`` (:func:`cases_of` builds it).
     """
 
     name: str
@@ -40,8 +56,170 @@ class CompileCase:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def autotune(configs: list[triton.Config], key: list[str], **kwargs):
-    """``triton.autotune(configs, key, **kwargs)``; under the interpreter, ``configs[0]`` alone."""
-    if interpreted():
-        configs = configs[:1]
-    return triton.autotune(configs=configs, key=key, **kwargs)
+@dataclass(frozen=True)
+class Tuning:
+    """What :func:`autotune` attaches to a kernel (as ``.tuning``): its table name, every
+    configuration (also under the interpreter, which runs the first) and its variant function."""
+
+    kernel_id: str
+    configs: tuple[triton.Config, ...]
+    variant: Callable[[dict[str, Any]], str]
+
+
+def kernel_id(fn) -> str:
+    """``'<package>.<module>.<function>'`` below ``kernels``, e.g. ``'polyline_attention.vanilla._fwd_kernel'``."""
+    module = fn.fn.__module__.split("kernels.", 1)[-1]
+    return f"{module}.{fn.fn.__name__}"
+
+
+def config_label(config: triton.Config) -> str:
+    """``'BLOCK_M=32 BLOCK_N=32 w4 s1'``: a configuration's tuned constexprs, warps and stages."""
+    tuned = " ".join(f"{k}={v}" for k, v in sorted(config.kwargs.items()))
+    return f"{tuned} w{config.num_warps} s{config.num_stages}".strip()
+
+
+def row_name(kernel: str, variant: str, config: triton.Config) -> str:
+    return f"{kernel} | {variant} | {config_label(config)}"
+
+
+def _parameters(fn, constexpr: bool) -> list[str]:
+    """The names of the constexpr (or the other) parameters of the ``@triton.jit`` function ``fn``."""
+    params = inspect.signature(fn.fn).parameters.values()
+    return [p.name for p in params if ("constexpr" in str(p.annotation)) == constexpr]
+
+
+def _default_variant(constexprs: tuple[str, ...], args: dict[str, Any]) -> str:
+    """``'fp16 fp16 fp32 IS_3D=True ...'``: every pointer's type, then the launch constexprs."""
+    pointers = [a[1:] for a in args.values() if isinstance(a, str) and a.startswith("*")]
+    return " ".join(pointers + [f"{k}={args[k]}" for k in constexprs if k in args])
+
+
+def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[dict[str, Any]], str] | None = None,
+             prune: Callable | None = None, **kwargs):
+    """``triton.autotune(configs, key, **kwargs)`` that prunes, before timing, the configurations
+    whose shared memory does not fit the GPU (:func:`fitting_configs`); under the interpreter,
+    ``configs[0]`` alone. ``variant``: names the launch's variant from its arguments (module doc;
+    by default every pointer's type and every launch constexpr). ``prune``: the kernel's own
+    ``early_config_prune`` (e.g. by registers at the launch's tile), applied first (so a table
+    without the launch's rows keeps the first configuration it leaves)."""
+
+    def decorate(fn):
+        tuned_names = {name for config in configs for name in config.kwargs}
+        launch_constexprs = tuple(n for n in _parameters(fn, constexpr=True) if n not in tuned_names)
+        tuning = Tuning(kernel_id(fn), tuple(configs), variant or functools.partial(_default_variant, launch_constexprs))
+        if not isinstance(fn, JITFunction):  # Triton interprets it (decided by @triton.jit)
+            tuned = triton.autotune(configs=list(configs[:1]), key=key, **kwargs)(fn)
+        else:
+            fit = functools.partial(_prune_for_device, tuning)
+
+            def early_prune(configs, nargs, **launch):
+                return fit(prune(configs, nargs, **launch) if prune is not None else configs, nargs, **launch)
+
+            tuned = triton.autotune(configs=list(configs), key=[*key, *launch_constexprs],
+                                    prune_configs_by={"early_config_prune": early_prune}, **kwargs)(fn)
+        tuned.tuning = tuning
+        return tuned
+
+    return decorate
+
+
+def launch_types(args: dict[str, Any]) -> dict[str, Any]:
+    """Launch arguments as a variant function sees them: tensors -> ``'*<triton type>'``."""
+    return {name: f"*{TRITON_TYPES[a.dtype]}" if isinstance(a, torch.Tensor) else a for name, a in args.items()}
+
+
+def _prune_for_device(tuning: Tuning, configs, nargs, **kwargs):
+    """``early_config_prune`` of :func:`autotune`: the configurations that fit the launch's GPU."""
+    args = {**nargs, **kwargs}
+    device = next(a.device for a in args.values() if isinstance(a, torch.Tensor))
+    return fitting_configs(tuning, tuning.variant(launch_types(args)), configs, torch.cuda.get_device_capability(device))
+
+
+@functools.cache
+def resource_table() -> dict[str, dict[str, dict]]:
+    """``{row name: {'sm_80': {'shared': bytes, 'registers': n, 'spills': bytes}, ...}}`` from
+    :data:`RESOURCES_PATH` (empty when the file is missing)."""
+    if not RESOURCES_PATH.exists():
+        return {}
+    return json.loads(RESOURCES_PATH.read_text())["rows"]
+
+
+def arch_of(capability: tuple[int, int]) -> int:
+    return capability[0] * 10 + capability[1]
+
+
+def fits(row: dict, arch: int) -> bool:
+    return row[f"sm_{arch}"]["shared"] <= SHARED_MEMORY_LIMIT[arch]
+
+
+def fitting_configs(tuning: Tuning, variant: str, configs, capability: tuple[int, int]) -> list[triton.Config]:
+    """The ``configs`` of ``variant`` whose shared memory fits a GPU of compute ``capability``,
+    by the resource table. On an architecture the table lacks, or for a variant it lacks, the
+    first configuration alone (the smallest: every kernel lists it first). Raises when none fits
+    (the table's test rules that out on every architecture it covers)."""
+    arch, table = arch_of(capability), resource_table()
+    rows = [table.get(row_name(tuning.kernel_id, variant, c)) for c in configs]
+    if arch not in ARCHS or any(row is None for row in rows):
+        return list(configs[:1])
+    kept = [c for c, row in zip(configs, rows) if fits(row, arch)]
+    if not kept:
+        raise RuntimeError(f"no launch configuration of {tuning.kernel_id} ({variant}) fits sm_{arch}'s "
+                           f"{SHARED_MEMORY_LIMIT[arch]:,} bytes of shared memory; use PPMA_BACKEND=torch")
+    return kept
+
+
+def bucket(value: int, bounds: tuple[int, ...]) -> str:
+    """``'<=b'`` for the smallest of the increasing ``bounds`` that is >= ``value``, ``'>last'``
+    past the last: a variant of the resource table stands for every launch up to its bound."""
+    return next((f"<={b}" for b in bounds if value <= b), f">{bounds[-1]}")
+
+
+def signature(tuned, pointers: dict[str, str]) -> dict[str, str]:
+    """The Triton types of the non-constexpr arguments of the autotuned kernel ``tuned``: the
+    pointers named in ``pointers`` (``{'Q': '*fp16', ...}``), every other one ``'i32'``."""
+    return {name: pointers.get(name, "i32") for name in _parameters(tuned.fn, constexpr=False)}
+
+
+def cases_of(tuned, signature: dict[str, str], constexprs: dict[str, Any]) -> list[CompileCase]:
+    """One :class:`CompileCase` per configuration of the autotuned kernel ``tuned`` for the launch
+    ``signature`` (every pointer and integer argument's Triton type) and launch ``constexprs``."""
+    tuning: Tuning = tuned.tuning
+    variant = tuning.variant({**signature, **constexprs})
+    jit_fn = tuned.fn
+    return [CompileCase(row_name(tuning.kernel_id, variant, c), jit_fn, dict(signature), {**constexprs, **c.kwargs},
+                        c.num_warps, c.num_stages) for c in tuning.configs]
+
+
+def _rows_of(kernel_modules: tuple[str, ...]) -> dict[str, dict]:
+    """The table's rows of the kernels defined in ``kernel_modules`` (``'polyline_attention.vanilla'``, ...)."""
+    return {name: row for name, row in resource_table().items()
+            if name.split(" | ")[0].rsplit(".", 1)[0] in kernel_modules}
+
+
+def pruning_note(kernel_modules: tuple[str, ...], capability: tuple[int, int]) -> str | None:
+    """What the table says about the kernels of ``kernel_modules`` on a GPU of ``capability``: how
+    many configurations are pruned there, or that the table does not cover it; None when every
+    configuration fits."""
+    arch, rows = arch_of(capability), _rows_of(kernel_modules)
+    if arch not in ARCHS:
+        return (f"sm_{arch} is not in the resource table ({', '.join(f'sm_{a}' for a in ARCHS)}): "
+                f"each kernel runs its first (smallest) configuration, untuned")
+    pruned = [name for name, row in rows.items() if not fits(row, arch)]
+    if not pruned:
+        return None
+    return (f"{len(pruned)} of {len(rows)} kernel configurations need more than sm_{arch}'s "
+            f"{SHARED_MEMORY_LIMIT[arch]:,} bytes of shared memory: pruned, never tried")
+
+
+@functools.cache
+def unfit_variants(kernel_modules: tuple[str, ...], capability: tuple[int, int]) -> list[str]:
+    """``'<kernel> | <variant>'`` of ``kernel_modules`` that no configuration fits on ``capability``
+    (cached: every op call asks)."""
+    arch = arch_of(capability)
+    if arch not in ARCHS:
+        return []
+    fitting: dict[str, bool] = {}
+    for name, row in _rows_of(kernel_modules).items():
+        variant = name.rsplit(" | ", 1)[0]
+        fitting[variant] = fitting.get(variant, False) or fits(row, arch)
+    return [variant for variant, ok in fitting.items() if not ok]

@@ -36,10 +36,10 @@ class _Axis:
         g = (-log_decay.float()).cumsum(axis)
         self.g = g.movedim(axis, -1).reshape(-1, q.shape[axis]).contiguous()
 
-    def apply(self, y, form, block):
+    def apply(self, y, form):
         """``(A_a y, lse, y and A_a y as lines)``."""
         y_lines = _to_lines(y, self.axis)
-        out, lse = line_attention_fwd(self.q, self.k, y_lines, self.g, form, block)
+        out, lse = line_attention_fwd(self.q, self.k, y_lines, self.g, form)
         return _from_lines(out, y.shape, self.axis), lse, y_lines, out
 
 
@@ -52,7 +52,7 @@ def _axes(q, k, log_alpha, log_beta, log_gamma):
     return axes
 
 
-def criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official", block=None):
+def criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Criss-cross polyline attention (``ppma.ops.polyline_attention(kind='criss_cross')``).
 
     ``q``, ``k`` ``(B, heads, *grid, d)``, ``v`` ``(B, heads, *grid, dv)``, fp32 log-decays
@@ -64,12 +64,12 @@ def criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form
     for order in (axes, axes[::-1]):
         y = v
         for axis in order:
-            y = axis.apply(y, form, block)[0]
+            y = axis.apply(y, form)[0]
         outs.append(y)
     return 0.5 * outs[0] + 0.5 * outs[1]
 
 
-def criss_cross_attention_bwd(grad, q, k, v, log_alpha, log_beta, log_gamma=None, form="official", block=None):
+def criss_cross_attention_bwd(grad, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of
     :func:`criss_cross_attention_fwd` for the output gradient ``grad``."""
     _check_dtype(q, k, v)
@@ -81,13 +81,13 @@ def criss_cross_attention_bwd(grad, q, k, v, log_alpha, log_beta, log_gamma=None
     for order in (axes, axes[::-1]):
         y, steps = v, []
         for axis in order:
-            y, *saved = axis.apply(y, form, block)
+            y, *saved = axis.apply(y, form)
             steps.append((axis, y.shape, *saved))
         dy = (0.5 * grad).to(v.dtype)
         for axis, shape, lse, y_lines, out in reversed(steps):
             dq, dk, dg = bufs[id(axis)]
             dy_lines = line_attention_bwd(_to_lines(dy, axis.axis), axis.q, axis.k, y_lines, axis.g, out, lse,
-                                          dq, dk, dg, form, block)
+                                          dq, dk, dg, form)
             dy = _from_lines(dy_lines, shape, axis.axis)
         dv += dy
     dq = sum(_from_lines(bufs[id(a)][0], q.shape, a.axis) for a in axes)

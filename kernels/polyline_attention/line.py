@@ -14,14 +14,30 @@ same axis (added to, never overwritten).
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 import triton
 import triton.language as tl
 
+from ..common import tuning
 from ..common.strided import pow2
-from .vanilla import NUM_WARPS, _sign, default_block
+from .vanilla import HEAD_BLOCKS, _sign
+
+# Tile sizes the autotuner chooses among (the first one alone under the interpreter).
+CONFIGS = [
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=2, num_stages=1),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+]
 
 
+def _variant(args) -> str:
+    """``'fp16 official d<=32'``: the resource table's name of a launch."""
+    head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
+    return f"{args['Q'][1:]} {'paper' if args['PAPER'] else 'official'} d{head}"
+
+
+@tuning.autotune(CONFIGS, key=["n"], variant=_variant)
 @triton.jit(do_not_specialize=["n"])
 def _line_fwd_kernel(Q, K, Y, G, O, LSE, n, D, DV,
                      PAPER: tl.constexpr, PRECISION: tl.constexpr,
@@ -61,6 +77,8 @@ def _line_fwd_kernel(Q, K, Y, G, O, LSE, n, D, DV,
     tl.store(LSE + line * n + qj, m + tl.log(l), mask=q_ok)
 
 
+# DQ, DK and DG are shared by every application of an axis: timing runs must leave them as they were.
+@tuning.autotune(CONFIGS, key=["n"], variant=_variant, restore_value=["DQ", "DK", "DG"])
 @triton.jit(do_not_specialize=["n"])
 def _line_bwd_kernel(Q, K, Y, G, DO, LSE, DELTA, DQ, DK, DY, DG, n, D, DV,
                      PAPER: tl.constexpr, PRECISION: tl.constexpr,
@@ -116,31 +134,44 @@ def _line_bwd_kernel(Q, K, Y, G, DO, LSE, DELTA, DQ, DK, DY, DG, n, D, DV,
     tl.store(DY + (line * n + kj[:, None]) * DV + cv[None, :], dy.to(DY.dtype.element_ty), mask=y_mask)
 
 
-def _launch_args(q, y, block):
+def _launch_args(q, y, tile: str):
+    """``(grid, sizes, constexprs)``; the grid has one program per ``tile`` (``'BLOCK_M'``: query
+    tiles, ``'BLOCK_N'``: key tiles) and line."""
     lines, n, d = q.shape
-    dv = y.shape[-1]
-    block = block or min(default_block(), max(16, pow2(n)))
-    consts = dict(PRECISION="ieee" if q.dtype == torch.float32 else "tf32", BLOCK_M=block, BLOCK_N=block,
-                  BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS)
-    return (triton.cdiv(n, block), lines), (n, d, dv), consts
+    consts = dict(PRECISION="ieee" if q.dtype == torch.float32 else "tf32", BLOCK_D=max(16, pow2(d)),
+                  BLOCK_DV=max(16, pow2(y.shape[-1])))
+    return lambda meta: (triton.cdiv(n, meta[tile]), lines), (n, d, y.shape[-1]), consts
 
 
-def line_attention_fwd(q, k, y, g, form, block=None):
+def line_attention_fwd(q, k, y, g, form):
     """``(out, lse)``: the line attention of ``y`` (``(lines, n, dv)``, contiguous) with
     ``q``, ``k`` ``(lines, n, d)`` and ``g`` fp32 ``(lines, n)``; ``out`` in ``y.dtype``, ``lse``
     fp32 ``(lines, n)``."""
-    grid, sizes, consts = _launch_args(q, y, block)
+    grid, sizes, consts = _launch_args(q, y, "BLOCK_M")
     out = torch.empty_like(y)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
     _line_fwd_kernel[grid](q, k, y, g, out, lse, *sizes, PAPER=form == "paper", **consts)
     return out, lse
 
 
-def line_attention_bwd(grad, q, k, y, g, out, lse, dq, dk, dg, form, block=None):
+def line_attention_bwd(grad, q, k, y, g, out, lse, dq, dk, dg, form):
     """Backward of :func:`line_attention_fwd` for the output gradient ``grad`` (like ``y``): adds
     into the fp32 buffers ``dq``, ``dk`` (like ``q``) and ``dg`` (like ``g``) and returns ``dy``."""
-    grid, sizes, consts = _launch_args(q, y, block)
+    grid, sizes, consts = _launch_args(q, y, "BLOCK_N")
     delta = (grad.float() * out.float()).sum(-1)
     dy = torch.empty_like(y)
     _line_bwd_kernel[grid](q, k, y, g, grad, lse, delta, dq, dk, dy, dg, *sizes, PAPER=form == "paper", **consts)
     return dy
+
+
+def compile_cases() -> list[tuning.CompileCase]:
+    """Every configuration of both kernels for fp32, fp16 and bf16, both forms and the head-dim
+    blocks of :data:`HEAD_BLOCKS` (``tools/kernel_resources.py``)."""
+    cases = []
+    for kernel, dtype, paper, head in itertools.product(
+            (_line_fwd_kernel, _line_bwd_kernel), ("fp32", "fp16", "bf16"), (False, True), HEAD_BLOCKS):
+        pointers = {name: f"*{dtype}" for name in ("Q", "K", "Y", "O", "DO", "DY")}
+        pointers.update({name: "*fp32" for name in ("G", "LSE", "DELTA", "DQ", "DK", "DG")})
+        constexprs = dict(PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32", BLOCK_D=head, BLOCK_DV=head)
+        cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
+    return cases

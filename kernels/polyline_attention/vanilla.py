@@ -3,44 +3,91 @@
 Layout: ``q``, ``k`` ``(B, heads, N, d)``, ``v`` ``(B, heads, N, dv)`` (any strides, channels
 contiguous), ``N = T*H*W`` tokens in raster order (``T = 1`` on a 2-D grid). The decays enter as
 their cumulative sums, fp32 ``(B*heads, N)``: ``Ga`` = cumsum of ``-log_alpha`` along W, ``Gb``
-of ``-log_beta`` along H, ``Gc`` of ``-log_gamma`` along T. The V2H log mask from key
-``(s, k, l)`` to query ``(t, i, j)`` (its path runs along T, then H, then W) is
-``-|Ga[t,i,j] - Ga[t,i,l]| - |Gb[t,i,l] - Gb[t,k,l]| - |Gc[t,k,l] - Gc[s,k,l]|``; the H2V mask
-swaps query and key. Each tile gathers the "corner" entries ``(t,i,l)``, ``(t,k,l)``.
+of ``-log_beta`` along H, ``Gc`` of ``-log_gamma`` along T. The V2H log mask ``M(to, from)``
+from key ``from = (s, k, l)`` to query ``to = (t, i, j)`` (its path runs along T, then H, then W)
+is ``-|Ga[t,i,j] - Ga[t,i,l]| - |Gb[t,i,l] - Gb[t,k,l]| - |Gc[t,k,l] - Gc[s,k,l]|``; the H2V
+mask is ``M(key, query)``.
 
-Forward (one program per query tile and ``(B, head)``, one pass over the key tiles, ``QK^T``
-once): ``form='official'`` keeps two online softmaxes (logits plus the V2H / H2V log mask) and
-two accumulators, ``out = 0.5 * (O_v2h + O_h2v)``; ``form='paper'`` keeps one softmax of the
-logits and applies ``exp(V2H) + exp(H2V)`` to its probabilities. Besides ``out`` it writes the
-residuals of the backward: each softmax's log-sum-exp and, for the official form, ``O_v2h`` (fp32;
-``O_h2v = 2 out - O_v2h``).
+Tiles follow the grid. Every program owns a *fixed* tile ``F``: ``ROWS`` image rows of one frame
+by ``COLS`` columns (16 or 32, whichever pads W least; 16 in the backward; ``ROWS = BLOCK //
+COLS``, ``BLOCK`` autotuned); it loops over *loop* tiles ``L``, each one image row segment of
+``COLS`` columns, column block by column block. Then every log mask is broadcasts of per-row
+vectors, never a ``BLOCK x BLOCK`` gather:
 
-Backward (one program per key tile and ``(B, head)``, a pass over the query tiles): the
-launcher forms ``D = rowsum(dO * O)`` per softmax from the residuals (no forward kernel runs
-again); the probabilities are recomputed from the saved log-sum-exps; ``dk``, ``dv`` and the key's own decay
-terms accumulate in registers, ``dq``, the query's own terms and the corner terms are added
-atomically into fp32 buffers. The launcher turns ``dGa``, ``dGb``, ``dGc`` into decay gradients
-with reverse cumulative sums.
+- ``M(F, L)`` (``to`` in ``F``) reads ``Ga``, ``Gb`` at the corners (``F``'s row, ``L``'s
+  column): a ``(BLOCK, COLS)`` table that is the same for every loop row of a column block,
+  gathered once per column block; the rest are vectors over ``L``.
+- ``M(L, F)`` (``to`` in ``L``) reads ``Ga``, ``Gb`` at (``L``'s row, ``F``'s column): vectors
+  over ``F``, one gather of ``BLOCK`` values per loop row.
+
+Forward (``F`` = queries, ``L`` = keys; one pass, ``QK^T`` once): ``form='official'`` keeps two
+online softmaxes (logits plus the V2H = ``M(F, L)`` / H2V = ``M(L, F)`` log mask) and two
+accumulators, ``out = 0.5 * (O_v2h + O_h2v)``; ``form='paper'`` keeps one softmax of the logits
+and applies ``exp(V2H) + exp(H2V)`` to its probabilities. Besides ``out`` it writes the
+residuals of the backward: each softmax's log-sum-exp and, for the official form, ``O_v2h``
+(fp32; ``O_h2v = 2 out - O_v2h``).
+
+Backward, FlashAttention-2 style, two kernels that recompute the probabilities from the saved
+log-sum-exps: a ``dk``/``dv`` pass (``F`` = keys, ``L`` = queries) and a ``dq`` pass (``F`` =
+queries, ``L`` = keys); each writes only its fixed tile's rows. The decay gradients are split the
+same way: each pass keeps the terms of ``dGa``, ``dGb``, ``dGc`` that land on its fixed tile's
+rows (its own tokens, and the corners of ``M(F, L)``, reduced over the tile's columns once per
+column block) and writes them to a slot of its own; the launcher sums the slots. The one
+exception, 3-D grids only: the terms at ``(frame of L, row and column of F)`` land in frames the
+program does not own; they are summed over each loop frame in registers and added atomically,
+one ``BLOCK`` vector per frame and program (``T`` additions per position, no float atomics per
+element). ``dGa``, ``dGb``, ``dGc`` become decay gradients by reverse cumulative sums.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from ..common.runtime import interpreted
+from ..common import tuning
 from ..common.strided import pow2
 
-# Launch heuristics (not tuned on hardware); the interpreter's cost grows with the tile area.
-GPU_BLOCK = 64
-INTERPRETER_BLOCK = 16
-NUM_WARPS = 4
+# Fixed tiles of BLOCK tokens (the autotuner's choice; the interpreter runs the first) on rows of
+# COLS columns (the launcher's: :func:`columns`). Registers bound the tiles: each BLOCK x COLS fp32
+# tile (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
+# accumulators live in registers; ptxas spills 32-token tiles more than 64-token ones (mma
+# layouts), and the backward takes one pipeline stage (the loop tiles' prefetch costs it 20-40
+# registers).
+FWD_CONFIGS = [
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
+]
+BWD_CONFIGS = [
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
+    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=1),
+]
+FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
+# The resource table's channel blocks: head dims up to 32 count as 32; larger ones have no rows
+# (their launches run the first configuration, untuned).
+HEAD_BLOCKS = (32,)
 
 
-def default_block() -> int:
-    return INTERPRETER_BLOCK if interpreted() else GPU_BLOCK
+def columns(width: int, backward: bool) -> int:
+    """``COLS``: the columns of every tile for a grid ``width`` wide: of the widths offered (16 or
+    32 forward, 16 backward) the one that pads the rows least, the wider on a tie."""
+    return min(BWD_COLS if backward else FWD_COLS, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
+
+
+def _variant(args) -> str:
+    """``'fp16 3d official d<=32 cols16'``: the resource table's name of a launch (:mod:`..common.tuning`)."""
+    head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
+    form = "paper" if args["PAPER"] else "official"
+    return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} d{head} cols{args['COLS']}"
+
+
+def _tiles(meta, frames, height, width, cols):
+    """Fixed tiles of one ``(B, head)``: frames x row blocks x column blocks."""
+    return frames * triton.cdiv(height, meta["BLOCK"] // cols) * triton.cdiv(width, cols)
 
 
 @triton.jit
@@ -49,229 +96,330 @@ def _sign(x):
 
 
 @triton.jit
-def _tokens(start, N, HW, W, BLOCK: tl.constexpr):
-    """Token indices ``start + arange(BLOCK)`` with their validity and ``(t, i, j)`` coordinates."""
-    n = start + tl.arange(0, BLOCK)
-    ok = n < N
-    r = n % HW
-    return n, ok, n // HW, r // W, r % W
+def _fixed_tile(H, W, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """The program's fixed tile: token indices, validity, frame, rows, columns, column block, first row."""
+    tile = tl.program_id(0)
+    col_blocks = tl.cdiv(W, COLS)
+    row_blocks = tl.cdiv(H, ROWS)
+    cb = tile % col_blocks
+    t = tile // (col_blocks * row_blocks)
+    m = tl.arange(0, ROWS * COLS)
+    i = (tile // col_blocks) % row_blocks * ROWS + m // COLS
+    j = cb * COLS + m % COLS
+    ok = (i < H) & (j < W)
+    return (t * H + i) * W + j, ok, t, i, j, cb, (tile // col_blocks) % row_blocks * ROWS
 
 
 @triton.jit
-def _log_mask(Ga, Gb, Gc, ga_to, gb_from, gc_from, to_t, to_i, fr_i, fr_j, HW, W, ok, IS_3D: tl.constexpr):
-    """V2H log mask from tokens ``fr`` to tokens ``to`` (coordinates broadcast to the tile).
+def _load_rows(ptr, n, ok, stride_n, c, C):
+    """``(len(n), BLOCK_C)`` rows ``n`` of a ``(N, C)`` matrix at ``ptr`` (zeros outside)."""
+    return tl.load(ptr + n[:, None] * stride_n + c[None, :], mask=ok[:, None] & (c[None, :] < C), other=0.0)
 
-    ``ga_to``: ``Ga`` at ``to``; ``gb_from``, ``gc_from``: ``Gb``, ``Gc`` at ``fr``; ``Ga``, ``Gb``,
-    ``Gc``: this ``(B, head)``'s rows, gathered at the corners ``(t_to, i_to, j_fr)`` and (3-D)
-    ``(t_to, i_fr, j_fr)``.
-    """
-    corner = to_t * HW + to_i * W + fr_j
-    mask = -tl.abs(ga_to - tl.load(Ga + corner, mask=ok, other=0.0))
+
+@triton.jit
+def _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W):
+    """Per column block: ``|Ga[F] - Ga[F's row, L's column]|``, ``Gb[F's row, L's column]``
+    ``(BLOCK, COLS)`` and ``sign(j_F - j_L)``."""
+    corner = (f_t * HW + f_i * W)[:, None] + l_j[None, :]
+    ok = f_ok[:, None] & l_ok[None, :]
+    a = tl.abs(ga_f[:, None] - tl.load(Ga + corner, mask=ok, other=0.0))
+    return a, tl.load(Gb + corner, mask=ok, other=0.0), _sign(f_j[:, None] - l_j[None, :])
+
+
+@triton.jit
+def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j, l_ok, HW, W,
+               IS_3D: tl.constexpr):
+    """``(M(F, L), M(L, F))`` ``(BLOCK, COLS)`` for the loop row ``(l_t, l_i)``; ``a_fl``, ``gb_fl``:
+    the column block's :func:`_corner_tables`; ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``."""
+    ga_l = tl.load(Ga + l_n, mask=l_ok, other=0.0)
+    row_l = l_t * HW + l_i * W  # L's row, F's columns
+    ya = tl.load(Ga + row_l + f_j, mask=f_ok, other=0.0)
+    yb = tl.load(Gb + row_l + f_j, mask=f_ok, other=0.0)
     if IS_3D:
-        corner_b = to_t * HW + fr_i * W + fr_j
-        gb_b = tl.load(Gb + corner_b, mask=ok, other=0.0)
-        mask -= tl.abs(tl.load(Gb + corner, mask=ok, other=0.0) - gb_b)
-        mask -= tl.abs(tl.load(Gc + corner_b, mask=ok, other=0.0) - gc_from)
+        # M(F, L): Gb, Gc at (F's frame, L's row and column); M(L, F): at (L's frame, F's row and column)
+        fl = f_t * HW + l_i * W + l_j
+        gb_fl_l = tl.load(Gb + fl, mask=l_ok, other=0.0)
+        gc_fl_l = tl.load(Gc + fl, mask=l_ok, other=0.0)
+        c_fl = tl.abs(gc_fl_l - tl.load(Gc + l_n, mask=l_ok, other=0.0))
+        lf = l_t * HW + f_i * W + f_j
+        gb_lf = tl.load(Gb + lf, mask=f_ok, other=0.0)
+        r_lf = tl.abs(yb - gb_lf) + tl.abs(tl.load(Gc + lf, mask=f_ok, other=0.0) - gc_f)
+        m_fl = -a_fl - tl.abs(gb_fl - gb_fl_l[None, :]) - c_fl[None, :]
     else:
-        mask -= tl.abs(tl.load(Gb + corner, mask=ok, other=0.0) - gb_from)
-    return mask
+        r_lf = tl.abs(yb - gb_f)
+        m_fl = -a_fl - tl.abs(gb_fl - tl.load(Gb + l_n, mask=l_ok, other=0.0)[None, :])
+    m_lf = -tl.abs(ga_l[None, :] - ya[:, None]) - r_lf[:, None]
+    return m_fl, m_lf
 
 
-@triton.jit
-def _log_mask_grad(g, dGa, dGb, dGc, to_t, to_i, to_j, fr_t, fr_i, fr_j, HW, W, ok, IS_3D: tl.constexpr):
-    """Backpropagate ``g = d loss / d log_mask`` (V2H from ``fr`` to ``to``, as :func:`_log_mask`).
-
-    Adds the corner terms atomically; returns ``(ga, gb, gc)``: the caller adds ``-sum(ga)`` to
-    ``dGa`` at ``to`` and ``sum(gb)`` (2-D) or ``sum(gc)`` (3-D) at ``fr``, summed over the other
-    token of each pair. The signs come from the indices (``Ga`` grows along W, ...), so a pair
-    with equal cumulative sums still gets the segment-sum gradient of the reference.
-    """
-    ga = g * _sign(to_j - fr_j)
-    gb = g * _sign(to_i - fr_i)
-    corner = to_t * HW + to_i * W + fr_j
-    tl.atomic_add(dGa + corner, ga, mask=ok, sem="relaxed")
-    tl.atomic_add(dGb + corner, -gb, mask=ok, sem="relaxed")
-    gc = gb
-    if IS_3D:
-        gc = g * _sign(to_t - fr_t)
-        corner_b = to_t * HW + fr_i * W + fr_j
-        tl.atomic_add(dGb + corner_b, gb, mask=ok, sem="relaxed")
-        tl.atomic_add(dGc + corner_b, -gc, mask=ok, sem="relaxed")
-    return ga, gb, gc
-
-
-@triton.jit(do_not_specialize=["N", "HW", "W"])
+@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant)
+@triton.jit(do_not_specialize=["T", "H", "W"])
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
-    heads, N, HW, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    heads, T, H, W, D, DV,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
     h = (bh % heads).to(tl.int64)
+    HW = H * W
+    N = T * HW
     row = bh.to(tl.int64) * N
     Ga += row
     Gb += row
     Gc += row
+    Q += b * sq_b + h * sq_h
+    K += b * sk_b + h * sk_h
+    V += b * sv_b + h * sv_h
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
-    qn, q_ok, qt, qi, qj = _tokens(tl.program_id(0) * BLOCK_M, N, HW, W, BLOCK_M)
-    q = tl.load(Q + b * sq_b + h * sq_h + qn[:, None] * sq_n + c[None, :], mask=q_ok[:, None] & (c[None, :] < D),
-                other=0.0)
-    ga_q = tl.load(Ga + qn, mask=q_ok, other=0.0)[:, None]
-    gb_q = tl.load(Gb + qn, mask=q_ok, other=0.0)[:, None]
-    gc_q = tl.load(Gc + qn, mask=q_ok, other=0.0)[:, None] if IS_3D else gb_q
-    qt, qi, qj = qt[:, None], qi[:, None], qj[:, None]
-    m1 = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l1 = tl.zeros((BLOCK_M,), tl.float32)
-    acc1 = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    m2 = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l2 = tl.zeros((BLOCK_M,), tl.float32)
-    acc2 = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    for start in range(0, N, BLOCK_N):
-        kn, k_ok, kt, ki, kj = _tokens(start, N, HW, W, BLOCK_N)
-        k = tl.load(K + b * sk_b + h * sk_h + kn[:, None] * sk_n + c[None, :], mask=k_ok[:, None] & (c[None, :] < D),
-                    other=0.0)
-        v = tl.load(V + b * sv_b + h * sv_h + kn[:, None] * sv_n + cv[None, :],
-                    mask=k_ok[:, None] & (cv[None, :] < DV), other=0.0)
-        ga_k = tl.load(Ga + kn, mask=k_ok, other=0.0)[None, :]
-        gb_k = tl.load(Gb + kn, mask=k_ok, other=0.0)[None, :]
-        gc_k = tl.load(Gc + kn, mask=k_ok, other=0.0)[None, :] if IS_3D else gb_k
-        kt, ki, kj = kt[None, :], ki[None, :], kj[None, :]
-        ok = q_ok[:, None] & k_ok[None, :]
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        v2h = _log_mask(Ga, Gb, Gc, ga_q, gb_k, gc_k, qt, qi, ki, kj, HW, W, ok, IS_3D)
-        h2v = _log_mask(Ga, Gb, Gc, ga_k, gb_q, gc_q, kt, ki, qi, qj, HW, W, ok, IS_3D)
-        if PAPER:
-            s = tl.where(k_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m1, tl.max(s, 1))
-            scale = tl.exp(m1 - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l1 = l1 * scale + tl.sum(p, 1)
-            pm = p * (tl.exp(v2h) + tl.exp(h2v))
-            acc1 = acc1 * scale[:, None] + tl.dot(pm.to(v.dtype), v, input_precision=PRECISION)
-            m1 = m_new
-        else:
-            s1 = tl.where(k_ok[None, :], s + v2h, float("-inf"))
-            m_new = tl.maximum(m1, tl.max(s1, 1))
-            scale = tl.exp(m1 - m_new)
-            p = tl.exp(s1 - m_new[:, None])
-            l1 = l1 * scale + tl.sum(p, 1)
-            acc1 = acc1 * scale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m1 = m_new
-            s2 = tl.where(k_ok[None, :], s + h2v, float("-inf"))
-            m_new = tl.maximum(m2, tl.max(s2, 1))
-            scale = tl.exp(m2 - m_new)
-            p = tl.exp(s2 - m_new[:, None])
-            l2 = l2 * scale + tl.sum(p, 1)
-            acc2 = acc2 * scale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m2 = m_new
+    col = tl.arange(0, COLS)
+    f_n, f_ok, f_t, f_i, f_j, _, _ = _fixed_tile(H, W, BLOCK // COLS, COLS)
+    q = _load_rows(Q, f_n, f_ok, sq_n, c, D)
+    ga_f = tl.load(Ga + f_n, mask=f_ok, other=0.0)
+    gb_f = tl.load(Gb + f_n, mask=f_ok, other=0.0)
+    gc_f = tl.load(Gc + f_n, mask=f_ok, other=0.0)
+    m1 = tl.full((BLOCK,), float("-inf"), tl.float32)
+    l1 = tl.zeros((BLOCK,), tl.float32)
+    acc1 = tl.zeros((BLOCK, BLOCK_DV), tl.float32)
+    m2 = tl.full((BLOCK,), float("-inf"), tl.float32)
+    l2 = tl.zeros((BLOCK,), tl.float32)
+    acc2 = tl.zeros((BLOCK, BLOCK_DV), tl.float32)
+    for cb in range(0, tl.cdiv(W, COLS)):
+        l_j = cb * COLS + col
+        l_ok = l_j < W
+        a_fl, gb_fl, _sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        for r in range(0, T * H):
+            l_t = r // H
+            l_i = r % H
+            l_n = r * W + l_j
+            k = _load_rows(K, l_n, l_ok, sk_n, c, D)
+            v = _load_rows(V, l_n, l_ok, sv_n, cv, DV)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+            v2h, h2v = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j,
+                                  l_ok, HW, W, IS_3D)
+            if PAPER:
+                s = tl.where(l_ok[None, :], s, float("-inf"))
+                m_new = tl.maximum(m1, tl.max(s, 1))
+                scale = tl.exp(m1 - m_new)
+                p = tl.exp(s - m_new[:, None])
+                l1 = l1 * scale + tl.sum(p, 1)
+                pm = p * (tl.exp(v2h) + tl.exp(h2v))
+                acc1 = acc1 * scale[:, None] + tl.dot(pm.to(v.dtype), v, input_precision=PRECISION)
+                m1 = m_new
+            else:
+                s1 = tl.where(l_ok[None, :], s + v2h, float("-inf"))
+                m_new = tl.maximum(m1, tl.max(s1, 1))
+                scale = tl.exp(m1 - m_new)
+                p = tl.exp(s1 - m_new[:, None])
+                l1 = l1 * scale + tl.sum(p, 1)
+                acc1 = acc1 * scale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                m1 = m_new
+                s2 = tl.where(l_ok[None, :], s + h2v, float("-inf"))
+                m_new = tl.maximum(m2, tl.max(s2, 1))
+                scale = tl.exp(m2 - m_new)
+                p = tl.exp(s2 - m_new[:, None])
+                l2 = l2 * scale + tl.sum(p, 1)
+                acc2 = acc2 * scale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                m2 = m_new
     o1 = acc1 / l1[:, None]
     if PAPER:
         out = o1
     else:
-        o2 = acc2 / l2[:, None]
-        out = 0.5 * (o1 + o2)
-    out_mask = q_ok[:, None] & (cv[None, :] < DV)
-    o_off = b * so_b + h * so_h + qn[:, None] * so_n + cv[None, :]
+        out = 0.5 * (o1 + acc2 / l2[:, None])
+    out_mask = f_ok[:, None] & (cv[None, :] < DV)
+    o_off = b * so_b + h * so_h + f_n[:, None] * so_n + cv[None, :]
     tl.store(O + o_off, out.to(O.dtype.element_ty), mask=out_mask)
     # residuals, (1 or 2, B*heads, N) log-sum-exps: the V2H (paper: the only) softmax's, then the H2V one's
-    tl.store(LSE + row + qn, m1 + tl.log(l1), mask=q_ok)
+    tl.store(LSE + row + f_n, m1 + tl.log(l1), mask=f_ok)
     if not PAPER:
-        tl.store(LSE + tl.num_programs(1).to(tl.int64) * N + row + qn, m2 + tl.log(l2), mask=q_ok)
+        tl.store(LSE + tl.num_programs(1).to(tl.int64) * N + row + f_n, m2 + tl.log(l2), mask=f_ok)
         tl.store(O1 + o_off, o1, mask=out_mask)
 
 
-@triton.jit(do_not_specialize=["N", "HW", "W"])
-def _bwd_kernel(
-    Q, K, V, Ga, Gb, Gc, DO, STATS_PTR, DQ, DK, DV_PTR, dGa, dGb, dGc,
-    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
-    heads, N, HW, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+@triton.jit
+def _mask_grads(PAPER: tl.constexpr, s, m_fl, m_lf, dp, lse_fl, d_fl, lse_lf, d_lf, valid):
+    """``(ds, g_fl, g_lf)``: the gradients of the logits and of the log masks ``M(F, L)``,
+    ``M(L, F)`` from ``dp = dO v^T`` (all ``(BLOCK, COLS)``, ``F`` x ``L``). ``lse_*``, ``d_*``:
+    each softmax's log-sum-exp and ``rowsum(dO * O)``, broadcast to the tile (paper form: the one
+    softmax's, in ``lse_fl``, ``d_fl``); ``valid``: the pairs of real tokens. Also returns the
+    attention weights."""
+    if PAPER:
+        p = tl.where(valid, tl.exp(s - lse_fl), 0.0)
+        e_fl = tl.exp(m_fl)
+        e_lf = tl.exp(m_lf)
+        ds = p * (dp * (e_fl + e_lf) - d_fl)
+        g = dp * p
+        return ds, g * e_fl, g * e_lf, p * (e_fl + e_lf)
+    p_fl = tl.where(valid, tl.exp(s + m_fl - lse_fl), 0.0)
+    p_lf = tl.where(valid, tl.exp(s + m_lf - lse_lf), 0.0)
+    g_fl = p_fl * (0.5 * dp - d_fl)
+    g_lf = p_lf * (0.5 * dp - d_lf)
+    return g_fl + g_lf, g_fl, g_lf, 0.5 * (p_fl + p_lf)
+
+
+@triton.jit
+def _flush_corners(DG_CORNER, ca, cb_acc, f_t, row0, l_j, l_ok, H, W, HW, plane,
+                   ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Store the column block's corner terms of ``M(F, L)`` (``(BLOCK, COLS)`` for ``dGa`` and
+    ``dGb``), summed over each row's columns of ``F``, at (``F``'s rows, ``L``'s columns)."""
+    rows = row0 + tl.arange(0, ROWS)
+    off = (f_t * HW + rows * W)[:, None] + l_j[None, :]
+    ok = (rows < H)[:, None] & l_ok[None, :]
+    tl.store(DG_CORNER + off, tl.sum(tl.reshape(ca, (ROWS, COLS, COLS)), 1), mask=ok)
+    tl.store(DG_CORNER + plane + off, tl.sum(tl.reshape(cb_acc, (ROWS, COLS, COLS)), 1), mask=ok)
+
+
+@triton.jit
+def _bwd_pass(
+    F_MAT, L_MAT, F_OUT, L_OUT, Ga, Gb, Gc, DG, STATS,
+    s_fb, s_fh, s_fn, s_lb, s_lh, s_ln, s_fob, s_foh, s_fon, s_lob, s_loh, s_lon,
+    heads, T, H, W, D, DV,
+    KEYS_FIXED: tl.constexpr, IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, COLS: tl.constexpr,
 ):
-    """``DQ`` fp32 ``(B*heads, N, d)``, ``DK``, ``DV_PTR`` ``(B*heads, N, d|dv)`` in the input
-    dtypes, ``dGa``, ``dGb``, ``dGc`` fp32 ``(B*heads, N)``; ``DQ`` and ``dG*`` start at zero."""
+    """One backward pass (see the module docstring). ``KEYS_FIXED``: the ``dk``/``dv`` pass
+    (``F_MAT`` = ``K``, ``F_OUT`` = ``V``, ``L_MAT`` = ``Q``, ``L_OUT`` = ``dO``), else the
+    ``dq`` pass (``F_MAT`` = ``Q``, ``F_OUT`` = ``dO``, ``L_MAT`` = ``K``, ``L_OUT`` = ``V``).
+    Returns the accumulators ``(acc_d, acc_dv)`` ``(BLOCK, BLOCK_D|BLOCK_DV)`` and the fixed
+    tile's tokens and validity. ``DG``: this pass's fp32 ``(2 + column blocks, 3, B*heads, N)``
+    slots (own tokens, atomic 3-D terms, corners per column block of ``F``)."""
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
     h = (bh % heads).to(tl.int64)
+    HW = H * W
+    N = T * HW
     row = bh.to(tl.int64) * N
+    plane = tl.num_programs(1).to(tl.int64) * N  # one (B*heads, N) plane
     Ga += row
     Gb += row
     Gc += row
-    dGa += row
-    dGb += row
-    dGc += row
-    plane = tl.num_programs(1).to(tl.int64) * N
+    DG += row
+    F_MAT += b * s_fb + h * s_fh
+    F_OUT += b * s_fob + h * s_foh
+    L_MAT += b * s_lb + h * s_lh
+    L_OUT += b * s_lob + h * s_loh
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
-    kn, k_ok, kt, ki, kj = _tokens(tl.program_id(0) * BLOCK_N, N, HW, W, BLOCK_N)
-    k_mask = k_ok[:, None] & (c[None, :] < D)
-    v_mask = k_ok[:, None] & (cv[None, :] < DV)
-    k = tl.load(K + b * sk_b + h * sk_h + kn[:, None] * sk_n + c[None, :], mask=k_mask, other=0.0)
-    v = tl.load(V + b * sv_b + h * sv_h + kn[:, None] * sv_n + cv[None, :], mask=v_mask, other=0.0)
-    ga_k = tl.load(Ga + kn, mask=k_ok, other=0.0)[None, :]
-    gb_k = tl.load(Gb + kn, mask=k_ok, other=0.0)[None, :]
-    gc_k = tl.load(Gc + kn, mask=k_ok, other=0.0)[None, :] if IS_3D else gb_k
-    kt, ki, kj = kt[None, :], ki[None, :], kj[None, :]
-    dk = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
-    dga_k = tl.zeros((BLOCK_N,), tl.float32)  # the key's own terms: dGa (H2V), dGb (2-D) or dGc (3-D), V2H
-    dgx_k = tl.zeros((BLOCK_N,), tl.float32)
-    for start in range(0, N, BLOCK_M):
-        qn, q_ok, qt, qi, qj = _tokens(start, N, HW, W, BLOCK_M)
-        q = tl.load(Q + b * sq_b + h * sq_h + qn[:, None] * sq_n + c[None, :], mask=q_ok[:, None] & (c[None, :] < D),
-                    other=0.0)
-        do = tl.load(DO + b * sdo_b + h * sdo_h + qn[:, None] * sdo_n + cv[None, :],
-                     mask=q_ok[:, None] & (cv[None, :] < DV), other=0.0)
-        ga_q = tl.load(Ga + qn, mask=q_ok, other=0.0)[:, None]
-        gb_q = tl.load(Gb + qn, mask=q_ok, other=0.0)[:, None]
-        gc_q = tl.load(Gc + qn, mask=q_ok, other=0.0)[:, None] if IS_3D else gb_q
-        lse1 = tl.load(STATS_PTR + row + qn, mask=q_ok, other=0.0)[:, None]
-        d1 = tl.load(STATS_PTR + plane + row + qn, mask=q_ok, other=0.0)[:, None]
-        qt, qi, qj = qt[:, None], qi[:, None], qj[:, None]
-        ok = q_ok[:, None] & k_ok[None, :]
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        v2h = _log_mask(Ga, Gb, Gc, ga_q, gb_k, gc_k, qt, qi, ki, kj, HW, W, ok, IS_3D)
-        h2v = _log_mask(Ga, Gb, Gc, ga_k, gb_q, gc_q, kt, ki, qi, qj, HW, W, ok, IS_3D)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        if PAPER:
-            p = tl.where(ok, tl.exp(s - lse1), 0.0)
-            e1 = tl.exp(v2h)
-            e2 = tl.exp(h2v)
-            pm = p * (e1 + e2)
-            dv += tl.dot(tl.trans(pm.to(do.dtype)), do, input_precision=PRECISION)
-            ds = p * (dp * (e1 + e2) - d1)
-            g1 = dp * p * e1
-            g2 = dp * p * e2
-        else:
-            lse2 = tl.load(STATS_PTR + 2 * plane + row + qn, mask=q_ok, other=0.0)[:, None]
-            d2 = tl.load(STATS_PTR + 3 * plane + row + qn, mask=q_ok, other=0.0)[:, None]
-            p1 = tl.where(ok, tl.exp(s + v2h - lse1), 0.0)
-            p2 = tl.where(ok, tl.exp(s + h2v - lse2), 0.0)
-            pm = 0.5 * (p1 + p2)
-            dv += tl.dot(tl.trans(pm.to(do.dtype)), do, input_precision=PRECISION)
-            g1 = p1 * (0.5 * dp - d1)
-            g2 = p2 * (0.5 * dp - d2)
-            ds = g1 + g2
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
-        dq = tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-        tl.atomic_add(DQ + (row + qn[:, None]) * D + c[None, :], dq, mask=q_ok[:, None] & (c[None, :] < D),
-                      sem="relaxed")
-        # V2H: to = query, from = key; H2V: to = key, from = query.
-        ga, gb, gc = _log_mask_grad(g1, dGa, dGb, dGc, qt, qi, qj, kt, ki, kj, HW, W, ok, IS_3D)
-        dga_q = -tl.sum(ga, 1)
-        dgx_k += tl.sum(gc, 0)
-        ga, gb, gc = _log_mask_grad(g2, dGa, dGb, dGc, kt, ki, kj, qt, qi, qj, HW, W, ok, IS_3D)
-        dga_k -= tl.sum(ga, 0)
-        tl.atomic_add(dGa + qn, dga_q, mask=q_ok, sem="relaxed")
-        tl.atomic_add((dGc if IS_3D else dGb) + qn, tl.sum(gc, 1), mask=q_ok, sem="relaxed")
-    tl.atomic_add(dGa + kn, dga_k, mask=k_ok, sem="relaxed")
-    tl.atomic_add((dGc if IS_3D else dGb) + kn, dgx_k, mask=k_ok, sem="relaxed")
-    tl.store(DK + (row + kn[:, None]) * D + c[None, :], dk.to(DK.dtype.element_ty), mask=k_mask)
-    tl.store(DV_PTR + (row + kn[:, None]) * DV + cv[None, :], dv.to(DV_PTR.dtype.element_ty), mask=v_mask)
+    col = tl.arange(0, COLS)
+    f_n, f_ok, f_t, f_i, f_j, f_cb, f_row0 = _fixed_tile(H, W, BLOCK // COLS, COLS)
+    fm = _load_rows(F_MAT, f_n, f_ok, s_fn, c, D)
+    fo = _load_rows(F_OUT, f_n, f_ok, s_fon, cv, DV)
+    ga_f = tl.load(Ga + f_n, mask=f_ok, other=0.0)
+    gb_f = tl.load(Gb + f_n, mask=f_ok, other=0.0)
+    gc_f = tl.load(Gc + f_n, mask=f_ok, other=0.0)
+    ok = f_ok[:, None]
+    if not KEYS_FIXED:  # the queries' softmax statistics, (BLOCK, 1)
+        lse_1 = tl.load(STATS + row + f_n, mask=f_ok, other=0.0)[:, None]
+        d_1 = tl.load(STATS + plane + row + f_n, mask=f_ok, other=0.0)[:, None]
+        lse_2 = tl.load(STATS + 2 * plane + row + f_n, mask=f_ok, other=0.0)[:, None]
+        d_2 = tl.load(STATS + 3 * plane + row + f_n, mask=f_ok, other=0.0)[:, None]
+    acc_d = tl.zeros((BLOCK, BLOCK_D), tl.float32)
+    acc_dv = tl.zeros((BLOCK, BLOCK_DV), tl.float32)
+    own_a = tl.zeros((BLOCK,), tl.float32)
+    own_b = tl.zeros((BLOCK,), tl.float32)
+    own_c = tl.zeros((BLOCK,), tl.float32)
+    dg_corner = DG + (2 + f_cb).to(tl.int64) * 3 * plane
+    for cb in range(0, tl.cdiv(W, COLS)):
+        l_j = cb * COLS + col
+        l_ok = l_j < W
+        a_fl, gb_fl, sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        ca = tl.zeros((BLOCK, COLS), tl.float32)
+        cb_acc = tl.zeros((BLOCK, COLS), tl.float32)
+        for l_t in range(0, T):
+            frame_b = tl.zeros((BLOCK,), tl.float32)  # 3-D: terms at (L's frame, F's row and column)
+            frame_c = tl.zeros((BLOCK,), tl.float32)
+            for l_i in range(0, H):
+                l_n = (l_t * H + l_i) * W + l_j
+                lm = _load_rows(L_MAT, l_n, l_ok, s_ln, c, D)
+                lo = _load_rows(L_OUT, l_n, l_ok, s_lon, cv, DV)
+                s = tl.dot(fm, tl.trans(lm), input_precision=PRECISION)
+                dp = tl.dot(fo, tl.trans(lo), input_precision=PRECISION)
+                m_fl, m_lf = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i,
+                                        l_j, l_ok, HW, W, IS_3D)
+                if KEYS_FIXED:  # F = keys: V2H = M(L, F), H2V = M(F, L); statistics along L
+                    lse_v2h = tl.load(STATS + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    d_v2h = tl.load(STATS + plane + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    lse_h2v = tl.load(STATS + 2 * plane + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    d_h2v = tl.load(STATS + 3 * plane + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    if PAPER:
+                        ds, g_fl, g_lf, w = _mask_grads(PAPER, s, m_fl, m_lf, dp, lse_v2h, d_v2h, lse_v2h, d_v2h,
+                                                        ok & l_ok[None, :])
+                    else:
+                        ds, g_fl, g_lf, w = _mask_grads(PAPER, s, m_fl, m_lf, dp, lse_h2v, d_h2v, lse_v2h, d_v2h,
+                                                        ok & l_ok[None, :])
+                    acc_dv += tl.dot(w.to(lo.dtype), lo, input_precision=PRECISION)
+                else:
+                    ds, g_fl, g_lf, w = _mask_grads(PAPER, s, m_fl, m_lf, dp, lse_1, d_1, lse_2, d_2,
+                                                    ok & l_ok[None, :])
+                acc_d += tl.dot(ds.to(lm.dtype), lm, input_precision=PRECISION)
+                # M(F, L): dGa at F and at the corner (F's row, L's column); dGb at the corner
+                ca += g_fl * sign_j
+                cb_acc -= g_fl * _sign(f_i - l_i)[:, None]
+                # M(L, F): dGb (3-D: and -dGc) at (L's frame, F's row and column), dGc at F
+                g_row = tl.sum(g_lf, 1)
+                frame_b += _sign(l_i - f_i) * g_row
+                if IS_3D:
+                    sign_t = _sign(l_t - f_t)
+                    frame_c -= sign_t * g_row
+                    own_c += sign_t * g_row
+            if IS_3D:
+                at = DG + 3 * plane + l_t * HW + f_i * W + f_j  # the atomic slot
+                tl.atomic_add(at + plane, frame_b, mask=f_ok, sem="relaxed")
+                tl.atomic_add(at + 2 * plane, frame_c, mask=f_ok, sem="relaxed")
+            else:
+                own_b += frame_b
+        own_a -= tl.sum(ca, 1)
+        _flush_corners(dg_corner, ca, cb_acc, f_t, f_row0, l_j, l_ok, H, W, HW, plane, BLOCK // COLS, COLS)
+    tl.store(DG + f_n, own_a, mask=f_ok)
+    tl.store(DG + plane + f_n, own_b, mask=f_ok)
+    tl.store(DG + 2 * plane + f_n, own_c, mask=f_ok)
+    return acc_d, acc_dv, f_n, f_ok
+
+
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, reset_to_zero=["DG"])
+@triton.jit(do_not_specialize=["T", "H", "W"])
+def _bwd_dkdv_kernel(
+    Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DK, DV_PTR,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
+    heads, T, H, W, D, DV,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """``DK``, ``DV_PTR``: contiguous ``(B*heads, N, d|dv)`` in ``k``'s, ``v``'s dtype."""
+    dk, dv, f_n, f_ok = _bwd_pass(
+        K, Q, V, DO, Ga, Gb, Gc, DG, STATS,
+        sk_b, sk_h, sk_n, sq_b, sq_h, sq_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
+        heads, T, H, W, D, DV, True, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
+    row = tl.program_id(1).to(tl.int64) * T * H * W
+    c = tl.arange(0, BLOCK_D)
+    cv = tl.arange(0, BLOCK_DV)
+    tl.store(DK + (row + f_n[:, None]) * D + c[None, :], dk.to(DK.dtype.element_ty),
+             mask=f_ok[:, None] & (c[None, :] < D))
+    tl.store(DV_PTR + (row + f_n[:, None]) * DV + cv[None, :], dv.to(DV_PTR.dtype.element_ty),
+             mask=f_ok[:, None] & (cv[None, :] < DV))
+
+
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, reset_to_zero=["DG"])
+@triton.jit(do_not_specialize=["T", "H", "W"])
+def _bwd_dq_kernel(
+    Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DQ,
+    sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
+    heads, T, H, W, D, DV,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """``DQ``: contiguous ``(B*heads, N, d)`` in ``q``'s dtype."""
+    dq, _, f_n, f_ok = _bwd_pass(
+        Q, K, DO, V, Ga, Gb, Gc, DG, STATS,
+        sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sdo_b, sdo_h, sdo_n, sv_b, sv_h, sv_n,
+        heads, T, H, W, D, DV, False, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
+    row = tl.program_id(1).to(tl.int64) * T * H * W
+    c = tl.arange(0, BLOCK_D)
+    tl.store(DQ + (row + f_n[:, None]) * D + c[None, :], dq.to(DQ.dtype.element_ty),
+             mask=f_ok[:, None] & (c[None, :] < D))
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
@@ -297,16 +445,20 @@ def decay_gradient(dg: torch.Tensor, axis: int) -> torch.Tensor:
     return grad.contiguous()
 
 
-def _dims(q, log_gamma):
-    grid = q.shape[2:-1]
-    hh, ww = grid[-2], grid[-1]
-    return grid, hh * ww, ww, log_gamma is not None
-
-
 def _check_dtype(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"the Triton polyline_attention kernel takes fp32, fp16 or bf16 {name}, got {t.dtype}")
+
+
+def _launch_sizes(q, v, log_gamma, backward):
+    """``(T, H, W)`` (``T = 1`` on a 2-D grid) and the constexprs every kernel takes."""
+    grid = q.shape[2:-1]
+    frames, height, width = (grid if log_gamma is not None else (1, *grid))
+    consts = dict(IS_3D=log_gamma is not None, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+                  COLS=columns(width, backward), BLOCK_D=max(16, pow2(q.shape[-1])),
+                  BLOCK_DV=max(16, pow2(v.shape[-1])))
+    return (frames, height, width), consts
 
 
 def residual_shapes(q_shape, dv: int, form: str) -> list[tuple[int, ...]]:
@@ -319,76 +471,90 @@ def residual_shapes(q_shape, dv: int, form: str) -> list[tuple[int, ...]]:
     return [(2, bsz * heads, n), (bsz, heads, n, dv)]
 
 
-def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official", block=None):
+def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Vanilla polyline attention (``ppma.ops.polyline_attention(kind='vanilla')``).
 
     ``q``, ``k`` ``(B, heads, *grid, d)``, ``v`` ``(B, heads, *grid, dv)``, fp32 log-decays
     ``(B, heads, *grid)`` on a 2-D ``(H, W)`` or 3-D ``(T, H, W)`` grid -> ``(out, residuals)``:
     ``out`` ``(B, heads, *grid, dv)`` in ``v.dtype`` and the residuals of
-    :func:`vanilla_attention_bwd` (:func:`residual_shapes`). ``block``: tile size (default 64 on a
-    GPU, 16 in the interpreter).
+    :func:`vanilla_attention_bwd` (:func:`residual_shapes`).
     """
     _check_dtype(q, k, v)
-    block = block or default_block()
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
-    grid, hw, ww, is_3d = _dims(q, log_gamma)
+    (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=False)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
     qf, kf, vf = _flat(q), _flat(k), _flat(v)
     n = qf.shape[2]
     out = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=v.device)
     residuals = tuple(torch.empty(s, dtype=torch.float32, device=q.device) for s in residual_shapes(q.shape, dv, form))
     o_v2h = residuals[1] if form != "paper" else out  # the paper form writes no O_v2h
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    _fwd_kernel[(triton.cdiv(n, block), bsz * heads)](
+    _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
         qf, kf, vf, *decays, out, o_v2h, residuals[0],
         *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
-        heads, n, hw, ww, d, dv,
-        IS_3D=is_3d, PAPER=form == "paper", PRECISION=precision,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS,
+        heads, frames, height, width, d, dv, PAPER=form == "paper", **consts,
     )
     return out.view(*q.shape[:-1], dv), residuals
 
 
 def _softmax_stats(grad, out, residuals, form):
     """The backward's ``(4, B*heads, N)`` fp32 statistics from the forward's residuals: per softmax
-    (V2H, then H2V; the paper form has one) its log-sum-exp and ``D = rowsum(dO * O)``, where
-    ``dO`` is the part of ``grad`` that reaches that softmax's output."""
+    (V2H, then H2V; the paper form's one softmax twice) its log-sum-exp and ``D = rowsum(dO * O)``,
+    where ``dO`` is the part of ``grad`` that reaches that softmax's output."""
     do, out = _flat(grad).float(), _flat(out).float()
     lse = residuals[0]
     if form == "paper":
-        return torch.stack([lse[0], (do * out).sum(-1).flatten(0, 1)])
+        stats = [lse[0], (do * out).sum(-1).flatten(0, 1)]
+        return torch.stack(stats * 2)
     o_v2h = residuals[1]
     d_v2h = 0.5 * (do * o_v2h).sum(-1).flatten(0, 1)
     d_h2v = 0.5 * (do * (2 * out - o_v2h)).sum(-1).flatten(0, 1)
     return torch.stack([lse[0], d_v2h, lse[1], d_h2v])
 
 
-def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official",
-                          block=None):
+def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
     for the output gradient ``grad``, from its ``out`` and ``residuals`` (no forward kernel runs)."""
-    block = block or default_block()
     decays = cumulative_decays(log_alpha, log_beta, log_gamma)
     stats = _softmax_stats(grad, out, residuals, form)
-    grid, hw, ww, is_3d = _dims(q, log_gamma)
+    (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=True)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
     qf, kf, vf, dof = _flat(q), _flat(k), _flat(v), _flat(grad.to(v.dtype))
     n = qf.shape[2]
-    dq = torch.zeros(bsz, heads, n, d, dtype=torch.float32, device=q.device)
+    dq = torch.empty(bsz, heads, n, d, dtype=q.dtype, device=q.device)
     dk = torch.empty(bsz, heads, n, d, dtype=k.dtype, device=q.device)
     dvv = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=q.device)
-    dgs = torch.zeros(3, bsz * heads, n, dtype=torch.float32, device=q.device)
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    _bwd_kernel[(triton.cdiv(n, block), bsz * heads)](
-        qf, kf, vf, *decays, dof, stats, dq, dk, dvv, dgs[0], dgs[1], dgs[2],
-        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3],
-        heads, n, hw, ww, d, dv,
-        IS_3D=is_3d, PAPER=form == "paper", PRECISION=precision,
-        BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, pow2(d)), BLOCK_DV=max(16, pow2(dv)), num_warps=NUM_WARPS,
-    )
-    shape = log_alpha.shape
-    grads = [dq.to(q.dtype).view(q.shape), dk.view(k.shape), dvv.view(v.shape),
-             decay_gradient(dgs[0].view(shape), -1), decay_gradient(dgs[1].view(shape), -2)]
-    if is_3d:
-        grads.append(decay_gradient(dgs[2].view(shape), -3))
+    slots = 2 + triton.cdiv(width, consts["COLS"])  # each pass's: own tokens, 3-D atomic terms, column blocks
+    dgs = [torch.zeros(slots, 3, bsz * heads, n, dtype=torch.float32, device=q.device) for _ in range(2)]
+    grid = lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)  # noqa: E731
+    strides = (*qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3])
+    sizes = (heads, frames, height, width, d, dv)
+    _bwd_dkdv_kernel[grid](qf, kf, vf, dof, *decays, dgs[0], stats, dk, dvv, *strides, *sizes, PAPER=form == "paper",
+                    **consts)
+    _bwd_dq_kernel[grid](qf, kf, vf, dof, *decays, dgs[1], stats, dq, *strides, *sizes, PAPER=form == "paper", **consts)
+    dg = (dgs[0].sum(0) + dgs[1].sum(0)).view(3, *log_alpha.shape)
+    grads = [dq.view(q.shape), dk.view(k.shape), dvv.view(v.shape),
+             decay_gradient(dg[0], -1), decay_gradient(dg[1], -2)]
+    if log_gamma is not None:
+        grads.append(decay_gradient(dg[2], -3))
     return grads
+
+
+INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inputs' dtype; the other pointers fp32
+FP32_POINTERS = ("Ga", "Gb", "Gc", "O1", "LSE", "DG", "STATS")
+
+
+def compile_cases() -> list[tuning.CompileCase]:
+    """Every configuration of the three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for
+    fp32, fp16 and bf16, 2-D and 3-D grids, the official form (the released weights'; a launch of
+    the paper form has no rows and runs the first configuration), the head-dim blocks of
+    :data:`HEAD_BLOCKS` and every tile width :func:`columns` gives (``tools/kernel_resources.py``)."""
+    widths = {_fwd_kernel: FWD_COLS, _bwd_dkdv_kernel: BWD_COLS, _bwd_dq_kernel: BWD_COLS}
+    cases = []
+    for kernel, dtype, is_3d, head in itertools.product(widths, ("fp32", "fp16", "bf16"), (False, True), HEAD_BLOCKS):
+        pointers = {name: f"*{dtype}" for name in INPUT_POINTERS}
+        pointers.update({name: "*fp32" for name in FP32_POINTERS})
+        for cols in widths[kernel]:
+            constexprs = dict(IS_3D=is_3d, PAPER=False, PRECISION="ieee" if dtype == "fp32" else "tf32", COLS=cols,
+                              BLOCK_D=head, BLOCK_DV=head)
+            cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
+    return cases

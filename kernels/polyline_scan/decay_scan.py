@@ -25,20 +25,28 @@ import torch
 import triton
 import triton.language as tl
 
+from ..common import tuning
 from ..common.runtime import interpreted
 from ..common.strided import accumulation_dtype, block_ptrs, line_offsets, pow2, tl_dtype
 
-# Launch heuristics. GPU: 512-element (lines x channels) blocks on 4 warps compile for sm_90
-# without spills (128 / 167 registers fwd / bwd); fewer lines per program when that leaves too few
-# programs to keep the GPU busy. Not tuned on hardware yet (see docs/benchmarks.md). The
+# Launch heuristics. GPU: 512-element (lines x channels) blocks, fewer lines per program when that
+# leaves too few programs to keep the GPU busy; the autotuner picks the warps (CONFIGS; registers
+# and spills per architecture in docs/benchmarks.md). The
 # interpreter takes few, large programs: its cost grows with programs x loop steps, hardly with
 # the block size.
 GPU_BLOCK = 512
 GPU_MIN_PROGRAMS = 1024
-NUM_WARPS = 4
 INTERPRET_BLOCK = 1 << 16
+CONFIGS = [triton.Config({}, num_warps=4, num_stages=3), triton.Config({}, num_warps=8, num_stages=3)]
 
 
+def _variant(args) -> str:
+    """``'bf16 acc fp32'``: the resource table's name of a launch, measured on ``GPU_BLOCK``
+    elements (the most a GPU launch has) with a base."""
+    return f"{args['u_ptr'][1:]} acc {args['ACC']}"
+
+
+@tuning.autotune(CONFIGS, key=["n_lines", "n", "C"], variant=_variant)
 @triton.jit
 def _decay_scan_fwd_kernel(
     u_ptr, ld_ptr, base_ptr, y_ptr, h_ptr,
@@ -86,6 +94,7 @@ def _decay_scan_fwd_kernel(
         a_next = tl.exp(tl.load(d_ptrs, mask=line_ok, other=0.0).to(ACC))[:, None]
 
 
+@tuning.autotune(CONFIGS, key=["n_lines", "n", "C"], variant=_variant)
 @triton.jit
 def _decay_scan_bwd_kernel(
     u_ptr, gv_ptr, ld_ptr, base_ptr, gu_ptr, hp_ptr, gp_ptr, dlog_ptr,
@@ -232,7 +241,7 @@ def decay_scan_fwd(
         u, log_decay, base, y, h,
         lines.n_lines, lines.n, lines.C, *lines.sizes[1:],
         *lines.strides(u), *lines.strides(log_decay), *lines.strides(base), *lines.strides(y),
-        HAS_BASE=base is not y, ACC=tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c, num_warps=NUM_WARPS,
+        HAS_BASE=base is not y, ACC=tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c,
     )
     return y
 
@@ -269,6 +278,19 @@ def decay_scan_bwd(
         lines.n_lines, lines.n, lines.C, *lines.sizes[1:],
         *lines.strides(u), *lines.strides(grad), *lines.strides(log_decay), *lines.strides(base),
         *lines.strides(gu),
-        HAS_BASE=base is not gu, ACC=tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c, num_warps=NUM_WARPS,
+        HAS_BASE=base is not gu, ACC=tl_dtype(acc), BLOCK_L=block_l, BLOCK_C=block_c,
     )
     return gu, lines.unflatten_grad(partial, log_decay)
+
+
+def compile_cases() -> list[tuning.CompileCase]:
+    """Every configuration of both kernels for fp32, fp16, bf16 (fp32 accumulation) and fp64
+    inputs on ``GPU_BLOCK``-element blocks (``tools/kernel_resources.py``)."""
+    cases = []
+    for kernel in (_decay_scan_fwd_kernel, _decay_scan_bwd_kernel):
+        for dtype, acc in (("fp32", tl.float32), ("fp16", tl.float32), ("bf16", tl.float32), ("fp64", tl.float64)):
+            pointers = {name: f"*{dtype}" for name in ("u_ptr", "gv_ptr", "base_ptr", "y_ptr", "gu_ptr")}
+            pointers.update({name: f"*{acc}" for name in ("h_ptr", "hp_ptr", "gp_ptr", "dlog_ptr")}, ld_ptr="*fp32")
+            constexprs = dict(HAS_BASE=True, ACC=acc, BLOCK_L=GPU_BLOCK // 64, BLOCK_C=64)
+            cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
+    return cases

@@ -2,8 +2,10 @@
 
 The V2H mask is a product of 1-D scans applied in sequence (3-D: along T with gamma, then H with
 beta, then W with alpha; 2-D: H, then W), the H2V mask is the same product in reverse order and
-``'both'`` is their sum. Each 1-D scan is one kernel launch of :mod:`.decay_scan`;
-intermediate results are kept in fp32 (fp64 for fp64 ``x``).
+``'both'`` is their sum. On 2-D grids whose rows fit a tile, one kernel of :mod:`.plane_scan`
+runs every scan of the order (and one more the decay gradients). Otherwise (3-D grids, longer
+rows) each 1-D scan is one kernel launch of :mod:`.decay_scan`; intermediate results are kept in
+fp32 (fp64 for fp64 ``x``).
 
 Backward: every 1-D mask is symmetric, so ``dx`` runs the same scans in reverse order on the
 upstream gradient; each scan's decay gradient needs that scan's input, which is recomputed from
@@ -17,10 +19,18 @@ from __future__ import annotations
 import torch
 
 from ..common.strided import accumulation_dtype
+from . import plane_scan
 from .decay_scan import decay_scan_bwd, decay_scan_fwd
 
 # Grid dims of the 6-D layout (B, heads, T, H, W, C): T (gamma), H (beta), W (alpha).
 _T, _H, _W = 2, 3, 4
+# Every 1-D mask is symmetric, so L^T for an order is L for this one.
+_TRANSPOSED = {"v2h": "h2v", "h2v": "v2h", "both": "both"}
+
+
+def _fused(x, log_gamma):
+    """Whether :mod:`.plane_scan` runs this grid (2-D, rows that fit a tile)."""
+    return log_gamma is None and plane_scan.fits(x.shape[-2])
 
 
 def _as_6d(x, log_alpha, log_beta, log_gamma):
@@ -88,6 +98,8 @@ def forward(
     place); fp32/fp16/bf16 (fp64 accumulates in fp64); returns ``x.dtype``, laid out like ``x``
     when ``x`` is dense.
     """
+    if _fused(x, log_gamma):
+        return plane_scan.forward(x, log_alpha, log_beta, order)
     x6, chain = _as_6d(x, log_alpha, log_beta, log_gamma)
     y = _forward(x6, chain, order)
     return y.squeeze(_T) if log_gamma is None else y
@@ -103,6 +115,9 @@ def backward(
 ) -> list[torch.Tensor]:
     """Gradients of :func:`forward` given ``grad`` (shaped like ``x``, any strides):
     ``[dx, dlog_alpha, dlog_beta]`` (+ ``dlog_gamma`` for 3-D grids)."""
+    if _fused(x, log_gamma):
+        dx = plane_scan.forward(grad, log_alpha, log_beta, _TRANSPOSED[order])
+        return [dx, *plane_scan.decay_grads(x, grad, log_alpha, log_beta, order)]
     x6, chain = _as_6d(x, log_alpha, log_beta, log_gamma)
     grad6 = grad.unsqueeze(_T) if log_gamma is None else grad
     dx, dlogs = _backward(grad6, x6, chain, order)

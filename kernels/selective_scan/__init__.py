@@ -1,5 +1,6 @@
-"""Triton selective scan (Mamba, grouped B/C, fp32 state): :func:`selective_scan_fwd` and
-:func:`selective_scan_bwd` (:mod:`.scan`)."""
-from .scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
+"""Triton selective scan (Mamba, grouped B/C, fp32 state) in time tiles: :func:`selective_scan_fwd`
+and :func:`selective_scan_bwd` (:mod:`.scan`); VMamba's four routes read straight from the map
+(:mod:`.routes`)."""
+from .scan import compile_cases, selective_scan_bwd, selective_scan_fwd, tile_states_shape
 
-__all__ = ["chunk_states_shape", "selective_scan_bwd", "selective_scan_fwd"]
+__all__ = ["compile_cases", "selective_scan_bwd", "selective_scan_fwd", "tile_states_shape"]

@@ -10,7 +10,7 @@ gradients with the same backend:
 - torch: autograd through the op's ``torch`` form, in the autograd formula itself: the form is
   run again under ``torch.func.vjp`` (it keeps no residuals), so gradients are those of autograd,
   values and strides alike, and ``torch.compile`` traces them as plain PyTorch;
-- a kernel: the op ``ppma::<name>_backward`` (one node), whose fake is the kernel's
+- a kernel: the op ``ppma::<name>_backward`` (one node), whose fake is the op's
   ``backward_fake``.
 """
 from __future__ import annotations
@@ -79,9 +79,10 @@ def torch_backward(name, arguments, forward, grads, residuals, *args):
         return list(vjp_fn(tuple(grads)))
 
 
-def define_custom_op(name: str, arguments: str, outputs: int, fake, impl_of):
+def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fake, impl_of):
     """Define ``ppma::<name>(<arguments>, str backend, bool keep_residuals) -> Tensor[]`` with fake
-    and autograd; returns it. ``outputs``: how many tensors ``fake`` and the forwards return.
+    and autograd; returns it. ``outputs``: how many tensors ``fake`` and the forwards return;
+    ``gradients_fake(grads, residuals, *args)``: the kernels' gradients as empty tensors.
 
     ``impl_of(backend)`` gives the backend's :class:`~ppma.ops.registry.Impl` when the op runs.
     """
@@ -102,17 +103,14 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, impl_of):
 
     def backward(grads, residuals, *args):
         *op_args, backend = args
-        impl = impl_of(backend)
-        result = impl.backward(grads, residuals, *op_args)
-        if impl.backward_fake is None:
-            return result
+        result = impl_of(backend).backward(grads, residuals, *op_args)
         # laid out as the fake says: compiled backward graphs view the gradients with its strides
-        expected = impl.backward_fake(grads, residuals, *op_args)
+        expected = gradients_fake(grads, residuals, *op_args)
         return [_laid_out_like(g, e, f"ppma::{name}_backward ({backend})") for g, e in zip(result, expected)]
 
     def backward_fake(grads, residuals, *args):
         *op_args, backend = args
-        return impl_of(backend).backward_fake(grads, residuals, *op_args)
+        return gradients_fake(grads, residuals, *op_args)
 
     op = torch.library.custom_op(
         f"ppma::{name}", forward, mutates_args=(),

@@ -9,7 +9,7 @@ An op registers itself once, in its own folder (``ppma/ops/<op>/op.py``)::
         reference=polyline_scan_reference,          # plain PyTorch, what every backend is tested against
         fake=lambda x, *rest: torch.empty_like(x),  # output metadata (torch.compile, FLOP tracing)
         flops=polyline_scan_flops,                  # FLOP formula, terms by name
-        kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+        kernels=[Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",)))],
     )
 
     def polyline_scan(x, log_alpha, log_beta, order="both", log_gamma=None, backend=None):
@@ -40,7 +40,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from ._custom_op import define_custom_op, output_count, torch_backward
+from ._custom_op import contiguous_like, define_custom_op, output_count, tensor_positions, torch_backward
 
 BACKENDS = ("auto", "torch", "cpu", "triton")
 KERNEL_BACKENDS = BACKENDS[2:]  # the backends that kernels register under
@@ -55,21 +55,32 @@ class Impl(NamedTuple):
       states), saved by autograd; they must not alias the inputs or outputs;
     - ``backward(grads, residuals, *args) -> list[Tensor]``: ``grads`` one tensor per output;
       returns the gradients of the tensor arguments that are not None, in argument order. With
-      ``saves_outputs``, ``residuals`` is ``(*outputs, *residuals)``;
-    - ``residuals_fake(*args)``: the residuals as empty tensors (when there are any);
-    - ``backward_fake(grads, residuals, *args)``: ``backward``'s result as empty tensors with its
-      strides (a kernel's backward is the custom op ``ppma::<name>_backward`` and this its fake).
+      ``saves_outputs``, ``residuals`` is ``(*outputs, *residuals)``. None (a kernel without a
+      backward of its own): the registry gives it the torch backward, autograd through
+      ``recompute`` (default: the op's ``torch`` form) by ``torch.func.vjp``;
+    - ``residuals_fake(*args)``: the residuals as empty tensors (when there are any).
+
+    The gradients' layout is the op's (:attr:`Op.backward_fake`), whatever the backend.
     """
 
     forward: Callable[..., tuple]
-    backward: Callable[..., list]
-    backward_fake: Callable[..., list] | None = None
+    backward: Callable[..., list] | None = None
     residuals_fake: Callable[..., tuple] = lambda *args: ()
     saves_outputs: bool = False
+    recompute: Callable | None = None
 
 
 def _always(device: torch.device) -> bool:
     return True
+
+
+def cpu_only(device: torch.device) -> str | None:
+    """The ``unavailable`` of a CPU kernel: None on CPU tensors."""
+    return None if torch.device(device).type == "cpu" else "the cpu backend runs on CPU tensors"
+
+
+def _no_note(device: torch.device) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -79,13 +90,15 @@ class Kernel:
     ``backend``: its name (one of :data:`KERNEL_BACKENDS`); ``unavailable(device)``: None when it
     can run on ``device``, else the reason; ``load()``: imports it (only when selected) and returns
     its :class:`Impl`; ``auto(device)``: whether ``auto`` may pick it there (False where it only
-    runs emulated, as Triton's CPU interpreter).
+    runs emulated, as Triton's CPU interpreter); ``configurations(device)``: a note on its launch
+    configurations there (those pruned because they do not fit), None when there is nothing to say.
     """
 
     backend: str
     unavailable: Callable[[torch.device], str | None]
     load: Callable[[], Impl]
     auto: Callable[[torch.device], bool] = _always
+    configurations: Callable[[torch.device], str | None] = _no_note
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,9 @@ class Op:
     ``flops(*args) -> {term: FLOPs}``: the op's arguments with each tensor replaced by its shape
     (a tuple; None stays None). Convention: one multiply-add is one FLOP; elementwise ops and
     softmax one FLOP per output element. ``outputs``: how many tensors it returns.
+    ``backward_fake(grads, residuals, *args)``: the gradients of the present tensor arguments as
+    empty tensors with the strides every backend's backward gives them (a kernel's backward is the
+    custom op ``ppma::<name>_backward`` and this its fake).
     """
 
     name: str
@@ -103,6 +119,7 @@ class Op:
     torch: Callable
     export: Callable
     fake: Callable
+    backward_fake: Callable
     flops: Callable[..., Mapping[str, int]]
     kernels: tuple[Kernel, ...] = ()
     outputs: int = 1
@@ -134,6 +151,7 @@ def register(
     reference: Callable,
     fake: Callable,
     flops: Callable[..., Mapping[str, int]],
+    backward_fake: Callable | None = None,
     returns: str = "Tensor",
     torch: Callable | None = None,
     export: Callable | None = None,
@@ -146,7 +164,9 @@ def register(
     ``reference``, ``torch``, ``export``, ``fake``, ``flops`` and the kernels take them;
     ``returns``: ``"Tensor"`` or a tuple such as ``"(Tensor, Tensor)"``, what those functions
     return. ``torch``: the forward of the ``'torch'`` backend (default ``reference``); ``export``:
-    the form :func:`export_decompositions` gives (default ``torch``).
+    the form :func:`export_decompositions` gives (default ``torch``). ``backward_fake``: the
+    gradients' layout (:class:`Op`; default: contiguous, shaped and typed like the present tensor
+    arguments).
     """
     if name in _OPS:
         raise ValueError(f"op {name!r} is already registered")
@@ -155,11 +175,17 @@ def register(
             raise ValueError(f"op {name!r}: kernel backend {kernel.backend!r} is not one of {KERNEL_BACKENDS}")
     torch_forward = torch or reference
     outputs = output_count(returns)
-    custom_op = define_custom_op(name, arguments, outputs, fake, lambda backend: implementation(get_op(name), backend))
-    op = Op(name, arguments, reference, torch_forward, export or torch_forward, fake, flops, tuple(kernels), outputs,
-            custom_op)
+    backward_fake = backward_fake or functools.partial(_contiguous_gradients, tensor_positions(name, arguments))
+    custom_op = define_custom_op(name, arguments, outputs, fake, backward_fake,
+                                 lambda backend: implementation(get_op(name), backend))
+    op = Op(name, arguments, reference, torch_forward, export or torch_forward, fake, backward_fake, flops,
+            tuple(kernels), outputs, custom_op)
     _OPS[name] = op
     return op
+
+
+def _contiguous_gradients(positions, grads, residuals, *args) -> list:
+    return contiguous_like(*[args[i] for i in positions])
 
 
 def registered_ops() -> Mapping[str, Op]:
@@ -174,13 +200,18 @@ def get_op(name: str) -> Op:
 
 
 def implementation(op: Op, backend: str) -> Impl:
-    """The :class:`Impl` of ``op`` for a resolved ``backend``."""
+    """The :class:`Impl` of ``op`` for a resolved ``backend``, its ``backward`` filled in (a kernel
+    without one gets the torch backward through its ``recompute``)."""
     if backend == "torch":
-        return Impl(lambda *args: (op.torch(*args), ()), functools.partial(torch_backward, op.name, op.arguments, op.torch))
-    kernel = op.kernel(backend)
-    if kernel is None:
-        raise RuntimeError(f"op '{op.name}' has no '{backend}' kernel")
-    return kernel.load()
+        impl = Impl(lambda *args: (op.torch(*args), ()))
+    else:
+        kernel = op.kernel(backend)
+        if kernel is None:
+            raise RuntimeError(f"op '{op.name}' has no '{backend}' kernel")
+        impl = kernel.load()
+    if impl.backward is not None:
+        return impl
+    return impl._replace(backward=functools.partial(torch_backward, op.name, op.arguments, impl.recompute or op.torch))
 
 
 def export_decompositions() -> dict:
@@ -246,7 +277,8 @@ def select_backend(op: str, device: torch.device | str, backend: str | None = No
 def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, str]]:
     """Per registered op: the backend selected on ``device`` (``PPMA_BACKEND``, else auto) and,
     per kernel backend, ``'available'``, ``'available (not picked by auto)'``, the reason it is
-    not, or ``'no kernel'``.
+    not, or ``'no kernel'``; under ``'<backend> configurations'``, the kernel's note on its launch
+    configurations on ``device`` when it has one (e.g. those pruned for lack of shared memory).
 
     >>> backend_report("cpu")["polyline_scan"]
     {'selected': 'torch', 'cpu': 'no kernel', 'triton': "Triton kernels run on CUDA tensors (or ...)"}
@@ -265,5 +297,8 @@ def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, st
             if reason is None:
                 reason = "available" if kernel.auto(device) else "available (not picked by auto)"
             row[backend] = reason
+            note = kernel.configurations(device) if kernel is not None else None
+            if note is not None:
+                row[f"{backend} configurations"] = note
         report[name] = row
     return report

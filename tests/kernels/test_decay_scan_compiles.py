@@ -1,9 +1,14 @@
-"""The decay-scan kernels compile for an H100 (sm_90) without a GPU.
+"""The polyline-scan kernels compile for the A100 (sm_80) and the H100 (sm_90) without a GPU.
 
 Triton's interpreter runs code that its GPU compiler rejects (e.g. a value defined in one loop
 and used after it), so the CPU tests alone do not show that the CUDA path builds. Triton ships
-``ptxas``; ``triton.compile`` with an explicit target goes all the way to a cubin here. It runs in
-a subprocess because ``TRITON_INTERPRET=1`` replaces ``@triton.jit`` functions at import time.
+``ptxas``; ``triton.compile`` with an explicit target goes all the way to a cubin here, and
+``ptxas -v`` on its PTX reports registers and spills. It runs in a subprocess because
+``TRITON_INTERPRET=1`` replaces ``@triton.jit`` functions at import time.
+
+The fused kernels (``plane_scan``) are checked as the JIT specializes them at run time for a
+channels-last tensor: unit channel stride, the other strides, the channel count and the pointers
+divisible by 16. Their tile loads along the channels must be vector loads (``ld.global.v2/.v4``).
 """
 from __future__ import annotations
 
@@ -16,15 +21,47 @@ import pytest
 
 pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
 
+# Shared memory of the smallest-memory supported GPUs (sm_86/sm_89); the kernels must fit it.
+SHARED_LIMIT = 101_376
+
 SCRIPT = r"""
-import json, sys
+import json, os, re, subprocess, sys, tempfile
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ppma.kernels.polyline_scan import decay_scan
+from ppma.kernels.polyline_scan import decay_scan, plane_scan
+
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def resources(compiled, arch):
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(compiled.asm["ptx"])
+        f.flush()
+        log = subprocess.run([PTXAS, f"-arch=sm_{arch}a" if arch == 90 else f"-arch=sm_{arch}", "-v", f.name,
+                              "-o", os.devnull], capture_output=True, text=True, check=True).stderr
+    return {"regs": int(re.search(r"Used (\d+) registers", log).group(1)),
+            "spills": int(re.search(r"(\d+) bytes spill stores", log).group(1)),
+            "shared": compiled.metadata.shared,
+            "vector_loads": sorted(set(re.findall(r"ld\.global(?:\.\w+)*\.(v[24])\.", compiled.asm["ptx"])))}
+
 
 out = {}
+for arch in (80, 90):
+    # The fused kernels: the interpreter's configuration and the one for the widest rows, bf16.
+    for case in [c for c in plane_scan.compile_cases() if "bf16" in c.name][::3]:
+        sig, consts = dict(case.signature), dict(case.constexprs)
+        for name in [n for n in sig if n.startswith("s") and n.endswith("c")]:  # channel strides
+            sig[name], consts[name] = "constexpr", 1
+        sig.update({k: "constexpr" for k in consts})
+        attrs = {(case.kernel.arg_names.index(n),): [["tt.divisibility", 16]]
+                 for n, t in sig.items() if t != "constexpr" and n not in ("heads", "H", "W")}
+        compiled = triton.compile(ASTSource(fn=case.kernel, signature=sig, constexprs=consts, attrs=attrs),
+                                  target=GPUTarget("cuda", arch, 32),
+                                  options=dict(num_warps=case.num_warps, num_stages=case.num_stages))
+        out[f"sm_{arch} {case.name}"] = resources(compiled, arch)
+# The 1-D passes (3-D grids, wide rows).
 for kernel, io in [(decay_scan._decay_scan_fwd_kernel, ("u_ptr", "y_ptr")),
                    (decay_scan._decay_scan_bwd_kernel, ("u_ptr", "gv_ptr", "gu_ptr"))]:
     for dtype, acc in [("*bf16", tl.float32), ("*fp64", tl.float64)]:
@@ -34,16 +71,31 @@ for kernel, io in [(decay_scan._decay_scan_fwd_kernel, ("u_ptr", "y_ptr")),
         sig.update({k: "constexpr" for k in consts})
         compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts),
                                   target=GPUTarget("cuda", 90, 32), options=dict(num_warps=decay_scan.NUM_WARPS))
-        out[f"{kernel.__name__}{dtype}"] = len(compiled.asm["cubin"])
+        out[f"sm_90 {kernel.__name__}{dtype}"] = {"cubin": len(compiled.asm["cubin"])}
 json.dump(out, sys.stdout)
 """
 
 
-def test_kernels_compile_for_sm90():
+@pytest.fixture(scope="module")
+def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
     if proc.returncode != 0 and "ModuleNotFoundError: No module named 'triton.backends.nvidia" in proc.stderr:
         pytest.skip("this Triton build has no NVIDIA backend")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    sizes = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_1d_passes_compile_for_sm90(compiled):
+    sizes = {name: r["cubin"] for name, r in compiled.items() if "cubin" in r}
     assert len(sizes) == 4 and all(size > 0 for size in sizes.values()), sizes
+
+
+def test_fused_kernels_fit_without_spills_and_load_vectors(compiled):
+    fused = {name: r for name, r in compiled.items() if "regs" in r}
+    assert len(fused) >= 8, sorted(fused)
+    for name, r in fused.items():
+        assert r["spills"] == 0, f"{name} spills: {r}"
+        assert r["shared"] <= SHARED_LIMIT, f"{name} needs {r['shared']} bytes of shared memory"
+        assert r["vector_loads"], f"{name}: no ld.global.v2/.v4 in its PTX"

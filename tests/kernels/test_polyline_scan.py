@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
+triton = pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
 
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
     pytest.skip(
@@ -24,14 +24,15 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
     )
 
 from ppma.kernels import polyline_scan as scan_kernels  # noqa: E402
-from ppma.kernels.polyline_scan import decay_scan  # noqa: E402
+from ppma.kernels.polyline_scan import decay_scan, plane_scan  # noqa: E402
 from ppma.ops import backend_report, polyline_scan, polyline_scan_reference  # noqa: E402
 
 polyline_scan_triton = functools.partial(polyline_scan, backend="triton")
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ORDERS = ("v2h", "h2v", "both")
-GRIDS = [(1, 1), (1, 9), (7, 5), (13, 17), (3, 5, 7)]
+# 2-D grids run the fused kernels of plane_scan, 3-D ones the 1-D passes of decay_scan.
+GRIDS = [(1, 1), (1, 9), (9, 1), (7, 9), (13, 17), (3, 5, 7)]
 
 
 @pytest.fixture
@@ -81,9 +82,16 @@ def poison_buffers(monkeypatch):
     real = decay_scan._buffer
 
     def poisoned(like, dtype, shape=None):
-        return real(like, dtype, shape).fill_(float("nan"))
+        return real(like, dtype, shape).fill_(float("nan"))  # plane_scan's buffers come from here too
 
     monkeypatch.setattr(decay_scan, "_buffer", poisoned)
+
+
+def small_tiles(monkeypatch, tile_h=2, block_c=4):
+    """The fused kernels run one small tiling (several tiles and channel blocks a plane)."""
+    config = [triton.Config({"TILE_H": tile_h, "BLOCK_C": block_c}, num_warps=4)]
+    monkeypatch.setattr(plane_scan._plane_fwd, "configs", config)
+    monkeypatch.setattr(plane_scan._plane_bwd, "configs", config)
 
 
 def make_inputs(grid, channels, gen, dtype=torch.float32, batch=2, heads=3):
@@ -136,17 +144,50 @@ def test_non_dense_and_broadcast_inputs(gen):
     assert_close(got, reference64(x, [alpha, beta, gamma], "both", grad), 1e-5, gen)
 
 
-def test_long_lines(gen):
-    """Lines of any length: one program walks the whole line with its state in registers."""
-    x, decays, grad = make_inputs((2, 67), 3, gen, batch=1, heads=1)
+@pytest.mark.parametrize("grid", [(2, 67), (67, 2), (67, 1, 2)], ids=lambda g: "x".join(map(str, g)))
+def test_long_lines(grid, gen):
+    """Lines of any length: rows of 67 in one tile, columns of 67 in many tiles, and (3-D) a
+    line that one program of decay_scan walks with its state in registers."""
+    x, decays, grad = make_inputs(grid, 3, gen, batch=1, heads=1)
     got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
     assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
 
 
-def test_many_small_program_blocks(gen, monkeypatch):
+@pytest.mark.parametrize("grid", [(5, 3), (3, 2, 3)], ids=lambda g: "x".join(map(str, g)))
+def test_many_small_program_blocks(grid, gen, monkeypatch):
     """GPU-like blocking (many programs, partial line and channel blocks) through the interpreter."""
     monkeypatch.setattr(decay_scan, "_blocks", lambda n_lines, channels: (2, 4))  # (BLOCK_L, BLOCK_C)
-    x, decays, grad = make_inputs((5, 3), 6, gen, batch=1, heads=1)  # 5 and 3 lines, 6 channels
+    small_tiles(monkeypatch)
+    x, decays, grad = make_inputs(grid, 6, gen, batch=1, heads=1)  # 6 channels: two blocks of 4
+    got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
+    assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_fused_tiles_and_channel_blocks(order, gen, monkeypatch):
+    """The fused kernels with tiles of 2 rows and blocks of 4 channels: 4 tiles (the last one
+    partial) and 2 channel blocks a plane, batch 1, H != W."""
+    small_tiles(monkeypatch)
+    x, decays, grad = make_inputs((7, 9), 5, gen, batch=1)
+    got = scan_and_grads(polyline_scan_triton, x, decays, order, grad)
+    assert_close(got, reference64(x, decays, order, grad), 1e-5, gen)
+
+
+def test_associative_scan_path(gen, monkeypatch):
+    """The GPU's scans (``tl.associative_scan``, which the interpreter runs one element at a
+    time) give what the interpreter's doubling scans give: a tiny grid through both."""
+    x, decays, grad = make_inputs((3, 5), 2, gen, batch=1, heads=1)
+    small_tiles(monkeypatch, block_c=2)
+    monkeypatch.setattr(plane_scan, "interpreted", lambda: False)
+    got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
+    assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
+
+
+def test_rows_wider_than_a_tile_run_1d_passes(gen, monkeypatch):
+    """Rows that do not fit a tile fall back to the 1-D passes of decay_scan."""
+    monkeypatch.setattr(plane_scan, "MAX_BLOCK_W", 4)
+    monkeypatch.setattr(plane_scan, "forward", None)  # would fail if called
+    x, decays, grad = make_inputs((3, 6), 2, gen, batch=1)
     got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
     assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
 

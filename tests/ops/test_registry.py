@@ -18,6 +18,18 @@ def interpreter(monkeypatch):
     return set_to
 
 
+@pytest.fixture
+def gpu(monkeypatch):
+    """Pretend a CUDA device of a given compute capability is present (for the availability checks)."""
+    monkeypatch.delenv("PPMA_BACKEND", raising=False)
+
+    def set_to(capability: tuple[int, int]):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+
+    return set_to
+
+
 def test_every_op_is_registered_once_with_its_custom_op():
     assert {"polyline_mask", "polyline_scan", "polyline_attention"} <= set(registered_ops())
     for name, op in registered_ops().items():
@@ -33,9 +45,10 @@ def test_every_op_is_registered_once_with_its_custom_op():
 
 
 @pytest.mark.parametrize("interpreting", [False, True])
-def test_auto_never_picks_the_interpreter(interpreter, interpreting):
+def test_auto_never_picks_the_interpreter(interpreter, gpu, interpreting):
     """On the CPU, ``auto`` picks no Triton kernel, interpreted or not; on CUDA it picks Triton."""
     interpreter(interpreting)
+    gpu((9, 0))
     for name, op in registered_ops().items():
         expected = "cpu" if op.kernel("cpu") is not None else "torch"
         assert select_backend(name, "cpu") == expected, name
@@ -113,3 +126,64 @@ def test_export_decompositions_cover_every_op():
 def test_missing_triton_is_named(monkeypatch):
     monkeypatch.setattr(runtime, "triton_installed", lambda: False)
     assert runtime.triton_unavailable_reason("cuda") == "the 'triton' package is not installed"
+
+
+def test_gpus_older_than_sm80_run_the_torch_path(interpreter, gpu):
+    """V100 / T4 class devices: Triton no longer targets them; ``auto`` runs the torch path and the
+    report names the compute capability."""
+    interpreter(False)
+    gpu((7, 5))
+    report = backend_report("cuda")
+    triton_ops = [name for name, op in registered_ops().items() if op.kernel("triton") is not None]
+    assert {"polyline_attention", "polyline_scan", "selective_scan"} <= set(triton_ops)
+    for name in triton_ops:
+        assert select_backend(name, "cuda") in ("torch", "cpu"), name
+        assert report[name]["selected"] == select_backend(name, "cuda")
+        assert report[name]["triton"] == ("Triton kernels need compute capability 8.0 or newer; "
+                                          "cuda has 7.5 (sm_75)")
+        assert "triton configurations" not in report[name]
+    with pytest.raises(RuntimeError, match=r"unavailable: .*cuda:1 has 7.5 \(sm_75\)"):
+        select_backend("polyline_attention", "cuda:1", "triton")
+    gpu((8, 0))
+    assert all(select_backend(name, "cuda") == "triton" for name in triton_ops)
+
+
+ATTENTION_KERNELS = ("polyline_attention.vanilla", "polyline_attention.line")
+
+
+def test_the_report_counts_the_configurations_pruned_for_the_device(interpreter, gpu):
+    pytest.importorskip("triton", reason="triton is not installed")
+    from ppma.kernels.common import tuning
+
+    interpreter(False)
+    rows = [row for name, row in tuning.resource_table().items()
+            if name.split(" | ")[0].rsplit(".", 1)[0] in ATTENTION_KERNELS]
+    assert rows, "no resource table: run tools/kernel_resources.py"
+    for arch in tuning.ARCHS:
+        gpu(divmod(arch, 10))
+        pruned = sum(not tuning.fits(row, arch) for row in rows)
+        note = backend_report("cuda")["polyline_attention"].get("triton configurations")
+        if pruned:
+            assert note == (f"{pruned} of {len(rows)} kernel configurations need more than sm_{arch}'s "
+                            f"{tuning.SHARED_MEMORY_LIMIT[arch]:,} bytes of shared memory: pruned, never tried")
+        else:
+            assert note is None
+    gpu((12, 0))
+    note = backend_report("cuda")["polyline_attention"]["triton configurations"]
+    assert note.startswith("sm_120 is not in the resource table")
+
+
+def test_a_variant_nothing_fits_sends_auto_to_the_torch_path(interpreter, gpu, resource_table):
+    pytest.importorskip("triton", reason="triton is not installed")
+    from ppma.kernels.common import tuning
+
+    interpreter(False)
+    gpu((8, 6))
+    variant = "polyline_attention.vanilla._fwd_kernel | fp32 3d official d<=32"
+    huge = {f"sm_{a}": {"shared": 10**6, "registers": 0, "spills": 0} for a in tuning.ARCHS}
+    resource_table({name: huge if name.startswith(variant + " | ") else row
+                    for name, row in tuning.resource_table().items()})
+    assert select_backend("polyline_attention", "cuda") == "torch"
+    assert backend_report("cuda")["polyline_attention"]["triton"] == (
+        f"no launch configuration of {variant} fits the shared memory of sm_86")
+    assert select_backend("selective_scan", "cuda") == "triton"

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ppma.ops import select_backend, selective_scan
+from ppma.ops.registry import get_op
+from ppma.ops import _inplace_scan
 from ppma.ops._scratch import release_scratch
 from ppma.ops.selective_scan import cpu
 from ppma.ops.selective_scan.reference import random_inputs, selective_scan_reference
@@ -26,7 +28,7 @@ def relative(got, want):
 
 def test_auto_picks_cpu_on_cpu():
     assert select_backend("selective_scan", "cpu", "auto") == "cpu"
-    assert "CPU" in cpu.unavailable(torch.device("meta"))
+    assert "CPU" in get_op("selective_scan").kernel("cpu").unavailable(torch.device("meta"))
 
 
 @pytest.mark.parametrize("chunk", [None, 1, 5], ids=lambda c: f"chunk={c}")
@@ -43,8 +45,8 @@ def test_values_and_last_state_match_the_reference(case, chunk):
 
 def test_default_chunks_short_steps(monkeypatch):
     """With few elements per step the default takes several chunks (the carry is used)."""
-    monkeypatch.setattr(cpu, "STEP_ELEMENTS", 64)
-    assert cpu.chunk_length(37, 8) == 7 and cpu.chunk_length(37, 64) == 37 and cpu.chunk_length(1, 1) == 1
+    monkeypatch.setattr(_inplace_scan, "STEP_ELEMENTS", 64)
+    assert all(_inplace_scan.chunk_length(*args) == want for args, want in [((37, 8), 7), ((37, 64), 37), ((1, 1), 1)])
     torch.manual_seed(1)
     inputs = random_inputs(1, 8, 1, 37, 2, D=True, delta_bias=True, delta_softplus=True, a_max=6.0)
     y, last = cpu.selective_scan_cpu(**inputs, delta_softplus=True)
@@ -101,7 +103,7 @@ def test_softplus_matches_torch_across_the_range():
     number of it in its underflow, equal infinities; a non-contiguous tensor."""
     x = torch.cat([torch.linspace(-110, 110, 20001), torch.randn(10000) * 6 - 4,
                    torch.tensor([0.0, 20.0, 19.999, 20.001, -87.0, -104.0, 1e30, -1e30, float("inf"), float("-inf")])])
-    got, want = cpu.softplus_(x.repeat(2, 1).t())[:, 0], F.softplus(x)
+    got, want = _inplace_scan.softplus_(x.repeat(2, 1).t())[:, 0], F.softplus(x)
     normal = (want > torch.finfo(torch.float32).tiny) & want.isfinite()
     exact = F.softplus(x[normal].double())
     assert ((got[normal].double() - exact).abs() / exact).max() < 2.5e-7
@@ -116,7 +118,7 @@ def test_scan_runs_the_second_direction_backwards(n_chunks, length):
     inputs = torch.randn(2, n_chunks, length, *step)
     states = torch.empty(1 + (n_chunks > 1), *inputs.shape)
     states[0] = inputs
-    cpu.scan_(states, decay)
+    _inplace_scan.scan_(states, decay)
     for direction, order in ((0, range(n_chunks * length)), (1, reversed(range(n_chunks * length)))):
         x, a = inputs[direction].flatten(0, 1), decay[direction].flatten(0, 1)
         h, want = torch.zeros(step), torch.empty_like(x)

@@ -1,6 +1,6 @@
 """CPU kernel of ``cross_selective_scan``: VMamba's four routes scanned straight from the map.
 
-The scan of :mod:`ppma.ops.selective_scan.cpu` (:func:`~ppma.ops.selective_scan.cpu.scan_`,
+The scan of :mod:`ppma.ops._inplace_scan` (:func:`~ppma.ops._inplace_scan.scan_`,
 one in-place ``addcmul_`` per step, chunked when a step is small) over buffers ``(2, 2,
 n_chunks * T, batch, N, dim)``: direction (routes 0, 1 forwards; routes 2, 3, their reverses,
 backwards), order (routes 0, 2 store map position ``(i, j)`` at ``i W + j``, routes 1, 3 at
@@ -20,15 +20,12 @@ buffers' layout (``4 N`` per position). ``x`` itself is read in place, never cop
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 
-from .._custom_op import contiguous_like, torch_backward
+from .._inplace_scan import chunk_length, scan_, softplus_
 from .._scratch import scratch
 from ..registry import Impl
-from ..selective_scan.cpu import chunk_length, scan_, softplus_, unavailable  # noqa: F401  (read by op.py)
 from .reference import ROUTES
 
 
@@ -50,7 +47,7 @@ def cross_selective_scan_cpu(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A
                              chunk: int | None = None) -> torch.Tensor:
     """Same contract as :func:`~ppma.ops.cross_scan.reference.cross_selective_scan_reference`.
 
-    ``chunk``: steps per chunk (default :func:`~ppma.ops.selective_scan.cpu.chunk_length`).
+    ``chunk``: steps per chunk (default :func:`~ppma.ops._inplace_scan.chunk_length`).
     Returns fp32 ``(batch, H, W, dim)``.
     """
     batch, height, width, dim = x.shape
@@ -103,19 +100,7 @@ def cross_selective_scan_cpu(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A
     return y
 
 
-def backward_fake(grads, residuals, x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
-    """Contiguous gradients shaped and typed like the inputs (every backend's)."""
-    return contiguous_like(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D)
-
-
 def load() -> Impl:
-    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, no residuals; the backward
-    recomputes the ``torch`` form differentiably (the ``torch`` backend's gradient)."""
-    from .op import SELECTIVE_OP
-
-    backward = functools.partial(torch_backward, SELECTIVE_OP.name, SELECTIVE_OP.arguments, SELECTIVE_OP.torch)
-
-    def forward(*args):
-        return cross_selective_scan_cpu(*args), ()
-
-    return Impl(forward, backward, backward_fake)
+    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, no residuals, no backward of its
+    own (the registry's torch backward recomputes the ``torch`` form)."""
+    return Impl(lambda *args: (cross_selective_scan_cpu(*args), ()))

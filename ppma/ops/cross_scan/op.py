@@ -6,7 +6,7 @@ is the other (they are adjoint), which the torch backend gets by ``torch.func.vj
 ``cross_selective_scan`` is VMamba's SS2D core, the selective scan along the four routes with its
 projections, the routes read from and merged back onto the map inside the op: its ``cpu`` kernel
 (:mod:`.cpu`) scans the map in place of copies of the routes, its ``triton`` kernel runs the
-selective-scan kernels on the routes' sequences; the ``torch`` backend runs the reference with
+selective-scan kernels along the routes straight from the map; the ``torch`` backend runs the reference with
 the chunked scan (:func:`~ppma.ops.selective_scan.chunked.selective_scan_chunked`), its export
 form (:mod:`.export`) lays the routes out time-major once and runs the selective scan's export form.
 """
@@ -16,15 +16,14 @@ import functools
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from ..selective_scan.chunked import selective_scan_chunked
 from ..selective_scan.op import check_float, selective_scan_flops
 from . import cpu
 from .export import cross_selective_scan_export
-from .reference import (ROUTES, cross_merge_reference, cross_scan_reference, cross_selective_scan_reference,
-                        route_projections)
+from .reference import ROUTES, cross_merge_reference, cross_scan_reference, cross_selective_scan_reference
 
 
 def _no_flops(x):
@@ -47,33 +46,47 @@ MERGE_OP = register(
 )
 
 
+def _map_projections(x, x_proj_weight, dt_projs_weight):
+    """Route ``k``'s scan inputs at every position of the map ``x`` ``(batch, H, W, dim)``, in
+    place of along its route: ``dts`` ``(batch, H, W, 4, dim)``, ``B``, ``C`` ``(batch, H, W, 4,
+    N)`` (views of one projection); the projections of
+    :func:`~ppma.ops.cross_scan.reference.route_projections`."""
+    rank = dt_projs_weight.shape[2]
+    n_state = (x_proj_weight.shape[1] - rank) // 2
+    dts, bs, cs = torch.einsum("bhwd,kcd->bhwkc", x, x_proj_weight).split([rank, n_state, n_state], dim=-1)
+    return torch.einsum("bhwkr,kdr->bhwkd", dts, dt_projs_weight), bs, cs
+
+
 def _load_triton() -> Impl:
-    """The selective-scan kernels between the projections and the routes' permutations; the
-    backward runs the scan's backward kernel and autograd (``torch.func.vjp``) through the rest."""
-    from ppma.kernels.selective_scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
+    """The selective-scan kernels reading the routes straight from the map (their route
+    positions: no permuted copy of the routes, :mod:`ppma.kernels.selective_scan.routes`), the
+    projections computed on the map; the backward runs the scan's backward kernel and autograd
+    (``torch.func.vjp``) through the projections."""
+    from ppma.kernels.selective_scan import tile_states_shape
+    from ppma.kernels.selective_scan.routes import cross_scan_bwd, cross_scan_fwd, route_tile
 
     def forward(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
-        batch, height, width, dim = x.shape
-        xs, dts, bs, cs = route_projections(x, x_proj_weight, dt_projs_weight)
-        y, _, chunk_states = selective_scan_fwd(xs.flatten(1, 2), dts.flatten(1, 2), A, bs, cs, D, None,
-                                                dt_projs_bias.flatten(), True, torch.float32)
-        return cross_merge_reference(y.view(batch, ROUTES, dim, height, width)).permute(0, 2, 3, 1), (chunk_states,)
+        dts, bs, cs = _map_projections(x, x_proj_weight, dt_projs_weight)
+        y, tile_states = cross_scan_fwd(x, dts, bs, cs, A, D, dt_projs_bias.flatten())
+        return y.sum(3), (tile_states,)
 
     def backward(grads, residuals, x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
-        (xs, dts, bs, cs), vjp = torch.func.vjp(route_projections, x, x_proj_weight, dt_projs_weight)
-        grad_y = cross_scan_reference(grads[0].permute(0, 3, 1, 2)).flatten(1, 2)  # the merge's adjoint
-        dxs, ddts, dA, dB, dC, dD, _, dbias = selective_scan_bwd(
-            grad_y, None, residuals[0], xs.flatten(1, 2), dts.flatten(1, 2), A, bs, cs, D, None,
-            dt_projs_bias.flatten(), True)
-        dx, dx_proj, ddt_proj = vjp((dxs.view_as(xs), ddts.view_as(dts), dB, dC))
-        return [g.contiguous() for g in (dx, dx_proj, ddt_proj, dbias.view_as(dt_projs_bias), dA, dD)]
+        (dts, bs, cs), vjp = torch.func.vjp(_map_projections, x, x_proj_weight, dt_projs_weight)
+        dx_routes, ddts, dB, dC, dA, dD, dbias = cross_scan_bwd(
+            grads[0], residuals[0], x, dts, bs, cs, A, D, dt_projs_bias.flatten())
+        dx, dx_proj, ddt_proj = vjp((ddts, dB.to(bs.dtype), dC.to(cs.dtype)))
+        dx = dx + dx_routes.sum(3)
+        grads = (dx, dx_proj, ddt_proj, dbias.view_as(dt_projs_bias), dA, dD)
+        return [g.to(t.dtype).contiguous() for g, t in zip(grads, (x, x_proj_weight, dt_projs_weight,
+                                                                    dt_projs_bias, A, D))]
 
     def residuals_fake(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
         batch, height, width, dim = x.shape
-        shape = chunk_states_shape((batch, ROUTES * dim, height * width), A.shape[1])
+        length = height * width
+        shape = tile_states_shape((batch, ROUTES * dim, length), A.shape[1], route_tile(length, A.shape[1]))
         return (x.new_empty(shape, dtype=torch.float32),)
 
-    return Impl(forward, backward, cpu.backward_fake, residuals_fake)
+    return Impl(forward, backward, residuals_fake)
 
 
 def _cross_selective_scan_flops(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D):
@@ -93,8 +106,8 @@ SELECTIVE_OP = register(
     fake=lambda x, *rest: x.new_empty(x.shape, dtype=torch.float32),
     flops=_cross_selective_scan_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("selective_scan.scan",))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .._custom_op import contiguous_like
+from .._autocast import autocast_inputs
 from .._scratch import scratch
 from ..polyline_mask.reference import log_mask_1d
 from ..registry import Impl
@@ -42,10 +42,6 @@ BLOCK_ELEMENTS = 1 << 20
 CRISS_CROSS_CHUNK = 1 << 19
 # criss-cross: weights (all axes) of one (batch, head) pair beyond which lines are chunked instead
 CRISS_CROSS_WHOLE = 1 << 23
-
-
-def unavailable(device: torch.device) -> str | None:
-    return None if torch.device(device).type == "cpu" else "the cpu backend runs on CPU tensors"
 
 
 def _per_thread(elements):
@@ -317,20 +313,14 @@ def _criss_cross_forward(q, k, v, log_alpha, log_beta, log_gamma, form, chunk_el
     return out.reshape(shape)
 
 
-def backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-    """Contiguous gradients shaped and typed like the present inputs (every backend's)."""
-    return contiguous_like(q, k, v, log_alpha, log_beta, log_gamma)
-
-
 def load() -> Impl:
     """The CPU :class:`~ppma.ops.registry.Impl`; it keeps no residuals (the backward recomputes).
     Under autocast the forward multiplies in autocast's dtype (as the reference) and the vanilla
     backward runs with autocast off, in the inputs' dtype."""
-    from .op import _autocast
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         attend = _vanilla_forward if kind == "vanilla" else _criss_cross_forward
-        return attend(*_autocast(q, k, v), log_alpha, log_beta, log_gamma, form), ()
+        return attend(*autocast_inputs(q, k, v), log_alpha, log_beta, log_gamma, form), ()
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         if kind == "vanilla":
@@ -344,4 +334,4 @@ def load() -> Impl:
         _, vjp = torch.func.vjp(reference, *tensors)
         return list(vjp(grads[0]))
 
-    return Impl(forward, backward, backward_fake)
+    return Impl(forward, backward)

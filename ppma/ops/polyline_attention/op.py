@@ -1,21 +1,43 @@
 """Public :func:`polyline_attention`: the custom op ``ppma::polyline_attention``, registered below
 with its FLOP formula and its Triton kernels (``ppma.kernels.polyline_attention``: the mask is
 computed per tile, nothing ``N x N`` is stored), the default on CUDA; the reference elsewhere.
-``PPMA_BACKEND`` (or ``backend=``) forces either. The FlexAttention form of the vanilla kind
-(:mod:`.flex`) is a benchmark column, not a backend."""
+``PPMA_BACKEND`` (or ``backend=``) forces either. ``auto`` routes the criss-cross kind on grids of
+at most :data:`CRISS_CROSS_TORCH_MAX_TOKENS` tokens to the torch path, which was faster there
+(:func:`route`). The FlexAttention form of the vanilla kind (:mod:`.flex`) is a benchmark
+column, not a backend."""
 from __future__ import annotations
 
 import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
+from .._autocast import autocast_inputs
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask.op import log_mask_flops
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, requested_backend, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
+
+
+# Criss-cross grids (tokens per image) up to which ``auto`` takes the torch path. Measured on an
+# H200, bf16, 8 heads of 32 channels (docs/benchmarks.md): the Triton line kernels ran at
+# 0.78-0.91x the torch path's speed at 14x14 (batch 64), 32x32, 64x64 and 80x80, forward and
+# forward+backward (one exception, 1.1x for the 64x64 forward), and 2.5x faster at 128x128
+# forward, where the torch path's forward+backward needs O(N^1.5) memory. The bound is the
+# largest measured grid where the kernels were slower.
+CRISS_CROSS_TORCH_MAX_TOKENS = 80 * 80
+
+
+def route(chosen: str, requested: str, kind: str, grid) -> str:
+    """The backend that runs: ``chosen`` by :func:`select_backend`, except that an ``auto`` choice
+    (``requested``) of the Triton kernels for the criss-cross kind on a grid of at most
+    :data:`CRISS_CROSS_TORCH_MAX_TOKENS` tokens becomes ``'torch'``."""
+    small = math.prod(grid) <= CRISS_CROSS_TORCH_MAX_TOKENS
+    if chosen == "triton" and requested == "auto" and kind == "criss_cross" and small:
+        return "torch"
+    return chosen
 
 
 def _flops(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
@@ -42,15 +64,6 @@ def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
     return v.new_empty(v.shape, dtype=torch.get_autocast_dtype(device_type) if autocast else v.dtype)
 
 
-def _autocast(*tensors):
-    """The tensors in autocast's dtype when it is on for their device (as the reference's products)."""
-    device_type = tensors[-1].device.type
-    if tensors[-1].dtype == torch.float64 or not torch.is_autocast_enabled(device_type):
-        return tensors
-    dtype = torch.get_autocast_dtype(device_type)
-    return tuple(t.to(dtype) for t in tensors)
-
-
 def _load_triton() -> Impl:
     """The fused kernels. The vanilla kind keeps its softmax statistics (and, official form, the
     V2H output) as residuals and needs its output in the backward; the criss-cross kind keeps
@@ -59,14 +72,14 @@ def _load_triton() -> Impl:
     from ppma.kernels.polyline_attention.vanilla import residual_shapes
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        q, k, v = _autocast(q, k, v)
+        q, k, v = autocast_inputs(q, k, v)
         if kind == "vanilla":
             return kernels.vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form)
         return kernels.criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form), ()
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         out, *residuals = residuals
-        grad, *qkv = _autocast(grads[0], q, k, v)
+        grad, *qkv = autocast_inputs(grads[0], q, k, v)
         decays = (log_alpha, log_beta, log_gamma)
         if kind == "vanilla":
             grads = kernels.vanilla_attention_bwd(grad, out, residuals, *qkv, *decays, form)
@@ -81,7 +94,7 @@ def _load_triton() -> Impl:
         shapes = residual_shapes(q.shape, v.shape[-1], form)
         return tuple(q.new_empty(shape, dtype=torch.float32) for shape in shapes)
 
-    return Impl(forward, backward, cpu.backward_fake, residuals_fake, saves_outputs=True)
+    return Impl(forward, backward, residuals_fake, saves_outputs=True)
 
 
 OP = register(
@@ -91,8 +104,8 @@ OP = register(
     fake=_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("polyline_attention.vanilla", "polyline_attention.line"))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 
@@ -116,7 +129,8 @@ def polyline_attention(
     ``kind``: ``'vanilla'`` (O(N^2)) or ``'criss_cross'`` (O(N^1.5)); ``form``: ``'official'``
     (mask inside the softmax, the released weights) or ``'paper'``. Differentiable in every
     tensor. ``backend``: as in :func:`ppma.ops.select_backend` (``'triton'``: the fused kernels,
-    fp32/fp16/bf16 ``q``, ``k``, ``v``; ``'torch'``: the reference).
+    fp32/fp16/bf16 ``q``, ``k``, ``v``; ``'torch'``: the reference); ``auto`` runs the criss-cross
+    kind on small grids on the torch path (:func:`route`).
     """
     check_choice("kind", kind, KINDS)
     check_choice("form", form, FORMS)
@@ -128,4 +142,5 @@ def polyline_attention(
     if v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"v has grid {tuple(v.shape[:-1])} but q has {tuple(q.shape[:-1])}")
     chosen = select_backend("polyline_attention", q.device, backend)
+    chosen = route(chosen, requested_backend() if backend is None else backend, kind, q.shape[2:-1])
     return OP(q, k, v, log_alpha, log_beta, log_gamma, kind, form, backend=chosen)

@@ -40,17 +40,15 @@ have no autograd formula.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
-from .._custom_op import torch_backward
 from .._scratch import scratch
 from ..polyline_attention.reference import _at_least_fp32
 from ..registry import Impl
-from .chunked import _chunks, _with_ones, polyline_linear_attention_chunked
+from .chunked import _chunks, _with_ones
 
 # Lines up to this many tokens are one block (one n x n matmul a line).
 WHOLE_LINE = 16
@@ -61,10 +59,6 @@ BLOCK = 8
 CHUNK_ELEMENTS = 1 << 20
 # One pass over a buffer costs about as much as this many multiply-adds per element (in cache).
 PASS_COST = 10
-
-
-def unavailable(device: torch.device) -> str | None:
-    return None if torch.device(device).type == "cpu" else "the cpu backend runs on CPU tensors"
 
 
 def blocks(n: int) -> tuple[int, int]:
@@ -308,15 +302,11 @@ def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6,
 
 
 def load() -> Impl:
-    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, no residuals; the backward is
-    the ``torch`` backend's (autograd through the chunked path)."""
-    from .op import ARGUMENTS, _backward_fake
-
-    backward = functools.partial(torch_backward, "polyline_linear_attention", ARGUMENTS,
-                                 polyline_linear_attention_chunked)
+    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, no residuals, no backward of its
+    own (the registry's torch backward: autograd through the chunked path)."""
 
     def forward(*args):
         with torch.autocast("cpu", enabled=False):
             return linear_attention_cpu(*args), ()
 
-    return Impl(forward, backward, _backward_fake)
+    return Impl(forward)

@@ -22,19 +22,15 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import check_decays, check_grid_tensor
-from .._custom_op import torch_backward
 from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .chunked import polyline_linear_attention_chunked
 from .export import polyline_linear_attention_export
 from .reference import polyline_linear_attention_reference
-
-ARGUMENTS = "Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, float eps"
-
 
 def _flops(q, k, v, log_alpha, log_beta, log_gamma, eps):
     """``{'scan': polyline_scan over the d*dv + d state channels, 'state': k (x) v,
@@ -50,26 +46,28 @@ def _flops(q, k, v, log_alpha, log_beta, log_gamma, eps):
 
 
 def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """Gradients with their inputs' strides (autograd's, through the chunked path)."""
     return [torch.empty_like(t) for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
 
 
 def _load_triton() -> Impl:
+    """The chunked path with the Triton polyline scan, and the torch backward through it."""
     chunked = functools.partial(polyline_linear_attention_chunked, scan="triton")
-    backward = functools.partial(torch_backward, "polyline_linear_attention", ARGUMENTS, chunked)
-    return Impl(lambda *args: (chunked(*args), ()), backward, _backward_fake)
+    return Impl(lambda *args: (chunked(*args), ()), recompute=chunked)
 
 
 OP = register(
     "polyline_linear_attention",
-    arguments=ARGUMENTS,
+    arguments="Tensor q, Tensor k, Tensor v, Tensor log_alpha, Tensor log_beta, Tensor? log_gamma, float eps",
     reference=polyline_linear_attention_reference,
     torch=polyline_linear_attention_chunked,
     export=polyline_linear_attention_export,
     fake=lambda q, k, v, *rest: torch.empty_like(v),
+    backward_fake=_backward_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import ORDERS, check_choice, check_decays, check_grid_tensor
 from ..registry import Impl, Kernel, register, select_backend
@@ -38,12 +38,13 @@ def _load_triton() -> Impl:
     def backward(grads, residuals, *args):
         return polyline_scan.backward(grads[0], *args)
 
-    def backward_fake(grads, residuals, x, log_alpha, log_beta, order, log_gamma):
-        """``dx`` like the gradient (in ``x.dtype``), decay gradients like the decays."""
-        decays = [log_alpha, log_beta] + ([log_gamma] if log_gamma is not None else [])
-        return [torch.empty_like(grads[0], dtype=x.dtype)] + [torch.empty_like(d) for d in decays]
+    return Impl(forward, backward)
 
-    return Impl(forward, backward, backward_fake)
+
+def _backward_fake(grads, residuals, x, log_alpha, log_beta, order, log_gamma):
+    """``dx`` like the gradient (in ``x.dtype``), decay gradients like the decays."""
+    decays = [log_alpha, log_beta] + ([log_gamma] if log_gamma is not None else [])
+    return [torch.empty_like(grads[0], dtype=x.dtype)] + [torch.empty_like(d) for d in decays]
 
 
 OP = register(
@@ -52,8 +53,9 @@ OP = register(
     reference=polyline_scan_reference,
     export=polyline_scan_export,
     fake=lambda x, log_alpha, log_beta, order, log_gamma: torch.empty_like(x),
+    backward_fake=_backward_fake,
     flops=_flops,
-    kernels=[Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively)],
+    kernels=[Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",)))],
 )
 
 

@@ -3,9 +3,9 @@ Triton kernel (``ppma.kernels.selective_scan``) and its FLOP formula.
 
 The op returns ``(y, last_state)``. Backends: ``'torch'`` runs the chunked PyTorch scan
 (:mod:`.chunked`; its gradient by ``torch.func.vjp``), ``'cpu'`` (``auto`` on CPU tensors) the
-time-major in-place scan of :mod:`.cpu` (same gradient as ``'torch'``), ``'triton'`` the kernels:
-the forward keeps the state at every chunk start as its residual, so the backward does not scan
-again. The
+time-major in-place scan of :mod:`.cpu` (same gradient as ``'torch'``), ``'triton'`` the kernels
+(time tiles): the forward keeps the state at every tile start as its residual, so the backward
+recomputes each tile in registers and does not scan again. The
 sequential :mod:`.reference` is the oracle of the tests only: one Python step per time step is
 too slow to train with.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from ppma.kernels.common.runtime import triton_runs_natively, triton_unavailable_reason
+from ppma.kernels.common.runtime import triton_checks
 
-from ..registry import Impl, Kernel, register, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .chunked import selective_scan_chunked
 from .export import selective_scan_export
@@ -42,20 +42,20 @@ def _fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
 
 
 def _load_triton() -> Impl:
-    from ppma.kernels.selective_scan import chunk_states_shape, selective_scan_bwd, selective_scan_fwd
+    from ppma.kernels.selective_scan import selective_scan_bwd, selective_scan_fwd, tile_states_shape
 
     def forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
-        y, last, chunk_states = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
-        return (y, last), (chunk_states,)
+        y, last, tile_states = selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype)
+        return (y, last), (tile_states,)
 
     def backward(grads, residuals, u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_dtype):
         grads = selective_scan_bwd(*grads, residuals[0], u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         return [g for g in grads if g is not None]
 
     def residuals_fake(u, delta, A, *rest):
-        return (u.new_empty(chunk_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
+        return (u.new_empty(tile_states_shape(u.shape, A.shape[1]), dtype=torch.float32),)
 
-    return Impl(forward, backward, cpu.backward_fake, residuals_fake)
+    return Impl(forward, backward, residuals_fake)
 
 
 OP = register(
@@ -71,8 +71,8 @@ OP = register(
     fake=_fake,
     flops=selective_scan_flops,
     kernels=[
-        Kernel("triton", triton_unavailable_reason, _load_triton, auto=triton_runs_natively),
-        Kernel("cpu", cpu.unavailable, cpu.load),
+        Kernel("triton", load=_load_triton, **triton_checks(("selective_scan.scan",))),
+        Kernel("cpu", cpu_only, cpu.load),
     ],
 )
 

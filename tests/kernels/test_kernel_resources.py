@@ -1,0 +1,238 @@
+"""The resource table (``kernels/common/resources.json``, written by ``tools/kernel_resources.py``)
+and the pruning it drives: every launch's configurations are in it, each kernel variant has a
+configuration that fits every architecture, pruning drops exactly the ones that do not fit, and a
+few rows compiled again for sm_90 (those of the vanilla launches that ran out of shared memory on
+an H200, and one of every other kernel) give the table's numbers.
+
+Compiling needs no GPU (``triton.compile`` with an explicit target), but runs in a subprocess:
+``TRITON_INTERPRET=1`` replaces ``@triton.jit`` at import time.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.runtime.autotuner import Autotuner  # noqa: E402
+
+from ppma.kernels.common import tuning  # noqa: E402
+from ppma.kernels.polyline_attention import criss_cross, line, vanilla  # noqa: E402
+from ppma.kernels.polyline_scan import decay_scan  # noqa: E402
+from ppma.kernels.selective_scan import scan  # noqa: E402
+
+KERNELS = [vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
+           line._line_fwd_kernel, line._line_bwd_kernel,
+           scan._selective_scan_fwd_kernel, scan._selective_scan_bwd_kernel,
+           decay_scan._decay_scan_fwd_kernel, decay_scan._decay_scan_bwd_kernel]
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "kernel_resources.py"
+
+
+@pytest.fixture(scope="module")
+def table():
+    rows = tuning.resource_table()
+    assert rows, f"{tuning.RESOURCES_PATH} is missing: run tools/kernel_resources.py"
+    return rows
+
+
+def variants(table):
+    """``{(kernel id, variant): [row names in configuration order]}``."""
+    groups = {}
+    for name in table:
+        kernel, variant, _ = name.split(" | ")
+        groups.setdefault((kernel, variant), []).append(name)
+    return groups
+
+
+def test_the_table_has_every_compile_case_on_every_architecture(table):
+    modules = [importlib.import_module(f"ppma.kernels.{name}") for name in tuning.KERNEL_MODULES]
+    assert {vanilla, line, scan, decay_scan} == set(modules)
+    names = [case.name for module in modules for case in module.compile_cases()]
+    assert sorted(names) == sorted(table), "the table is stale: run tools/kernel_resources.py"
+    for name, row in table.items():
+        assert sorted(row) == sorted(f"sm_{a}" for a in tuning.ARCHS), name
+
+
+def test_the_first_configuration_of_every_variant_fits_every_architecture(table):
+    """So something always fits, and a configuration left alone after pruning (launched untimed)
+    is the first one."""
+    for (kernel, variant), names in variants(table).items():
+        for arch in tuning.ARCHS:
+            assert tuning.fits(table[names[0]], arch), f"{names[0]} does not fit sm_{arch}"
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Record the variant of every autotuned launch: ``[(Tuning, variant name)]``."""
+    seen = []
+    run = Autotuner.run
+
+    def recording_run(self, *args, **kwargs):
+        named = dict(zip(self.arg_names, args))
+        named.update({k: v for k, v in kwargs.items() if k in self.arg_names})
+        seen.append((self.tuning, self.tuning.variant(tuning.launch_types(named))))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "run", recording_run)
+    return seen
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="launches through the CPU interpreter")
+def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
+    """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, 1 and 16
+    states, fp16 and fp64 scans) name rows of the table, with every configuration; the vanilla
+    attention's paper form, which the table leaves out, runs its first configuration."""
+    for dtype, grid, d in ((torch.float32, (2, 3, 4), 16), (torch.float16, (3, 5), 20)):
+        q, k, v = (torch.randn(1, 1, *grid, d).to(dtype) for _ in range(3))
+        decays = [-torch.rand(1, 1, *grid) for _ in grid] + [None] * (3 - len(grid))
+        for form in ("official", "paper"):
+            out, residuals = vanilla.vanilla_attention_fwd(q, k, v, *decays[:3], form=form)
+            vanilla.vanilla_attention_bwd(out, out, residuals, q, k, v, *decays[:3], form=form)
+        criss_cross.criss_cross_attention_bwd(v, q, k, v, *decays[:3])
+    for n_state, dtype in ((1, torch.float16), (16, torch.float32)):
+        u = torch.randn(1, 4, 5).to(dtype)
+        args = (u, u.float(), -torch.rand(4, n_state), torch.randn(1, n_state, 5), torch.randn(1, n_state, 5))
+        y, _, states = scan.selective_scan_fwd(*args)
+        scan.selective_scan_bwd(y, None, states, *args)
+    for dtype in (torch.float16, torch.float64):
+        x, ld = torch.randn(1, 1, 1, 3, 4, 2).to(dtype), -torch.rand(1, 1, 1, 3, 4)
+        decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
+    assert {t.kernel_id for t, _ in launches} == {k.tuning.kernel_id for k in KERNELS}
+    for t, variant in launches:
+        names = [tuning.row_name(t.kernel_id, variant, config) for config in t.configs]
+        if "paper" in variant:  # not in the table: the first configuration runs (checked below)
+            assert not any(name in table for name in names)
+            assert all(tuning.fitting_configs(t, variant, t.configs, divmod(a, 10)) == [t.configs[0]]
+                       for a in tuning.ARCHS)
+        else:
+            assert all(name in table for name in names), variant
+
+
+def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monkeypatch):
+    kernels = {k.tuning.kernel_id: k.tuning for k in KERNELS}
+    for (kernel, variant), names in variants(table).items():
+        t = kernels[kernel]
+        for arch in tuning.ARCHS:
+            kept = tuning.fitting_configs(t, variant, t.configs, divmod(arch, 10))
+            assert [tuning.row_name(kernel, variant, c) for c in kept] == [n for n in names if tuning.fits(table[n], arch)]
+    # Through the autotuner's prune hook, at the H200's failing launch (3-D fp32, head dim 16).
+    t = vanilla._fwd_kernel.tuning
+    args = {"Q": torch.empty(1, dtype=torch.float32), "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16,
+            "COLS": 16}
+    variant = t.variant(tuning.launch_types(args))
+    for capability in ((8, 0), (8, 6), (8, 9), (9, 0)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=capability: cc)
+        kept = tuning._prune_for_device(t, t.configs, {"Q": args["Q"]}, **{k: v for k, v in args.items() if k != "Q"})
+        arch = tuning.arch_of(capability)
+        assert kept and all(table[tuning.row_name(t.kernel_id, variant, c)][f"sm_{arch}"]["shared"]
+                            <= tuning.SHARED_MEMORY_LIMIT[arch] for c in kept)
+    # No table row (a head dim above 128) or an architecture the table lacks: the first configuration.
+    assert tuning.fitting_configs(t, t.variant(tuning.launch_types({**args, "BLOCK_D": 256})), t.configs,
+                                  (9, 0)) == [t.configs[0]]
+    assert tuning.fitting_configs(t, variant, t.configs, (12, 0)) == [t.configs[0]]
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * SCALE, mask=i < n)
+
+
+def test_the_default_variant_names_a_launch_as_its_compile_case(launches):
+    """A kernel given no ``variant``: its launches and its compile cases name the same rows."""
+    tuned = tuning.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 64})], key=["n"])(_scale_kernel)
+    cases = tuning.cases_of(tuned, tuning.signature(tuned, {"x_ptr": "*fp16", "y_ptr": "*fp32"}), {"SCALE": 3})
+    assert [c.name.split(" | ")[1] for c in cases] == ["fp16 fp32 SCALE=3"] * 2
+    assert [c.constexprs for c in cases] == [{"SCALE": 3, "BLOCK": 16}, {"SCALE": 3, "BLOCK": 64}]
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        x, y = torch.arange(20, dtype=torch.float16), torch.empty(20)
+        tuned[lambda meta: (triton.cdiv(20, meta["BLOCK"]),)](x, y, 20, SCALE=3)
+        torch.testing.assert_close(y, x.float() * 3)
+        assert launches[-1][1] == "fp16 fp32 SCALE=3"
+
+
+def test_nothing_fitting_raises_a_clear_error(resource_table):
+    t = vanilla._fwd_kernel.tuning
+    names = [tuning.row_name(t.kernel_id, "v", c) for c in t.configs]
+    huge = {f"sm_{a}": {"shared": 10**6, "registers": 0, "spills": 0} for a in tuning.ARCHS}
+    resource_table(dict.fromkeys(names, huge))
+    with pytest.raises(RuntimeError, match="no launch configuration .* fits sm_86.*PPMA_BACKEND=torch"):
+        tuning.fitting_configs(t, "v", t.configs, (8, 6))
+    assert tuning.unfit_variants(("polyline_attention.vanilla",), (8, 6)) == [f"{t.kernel_id} | v"]
+
+
+CHECK = r"""
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import kernel_resources as tool
+from ppma.kernels.common import tuning
+from ppma.kernels.polyline_attention import vanilla
+
+measured = tool.measure({name: tool.all_rows()[name] for name in json.loads(sys.argv[1])}, [90], jobs=2)
+# Launches without rows run the first configuration alone: the paper form (3-D fp32, head dim 16,
+# an H200 failure) and head dims above the table's 32 (3-D fp32 official at 128, both kernels).
+first = {}
+for kernel, paper, head in ((vanilla._fwd_kernel, True, 16), (vanilla._fwd_kernel, False, 128),
+                            (vanilla._bwd_dkdv_kernel, False, 128)):
+    pointers = {name: "*fp32" for name in vanilla.INPUT_POINTERS + vanilla.FP32_POINTERS}
+    constexprs = dict(IS_3D=True, PAPER=paper, PRECISION="ieee", COLS=16, BLOCK_D=head, BLOCK_DV=head)
+    case = tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)[0]
+    first[case.name] = {f"sm_{arch}": tool.compile_case(case, arch) for arch in (86, 90)}
+kernel = vanilla._fwd_kernel
+wiring = dict(key=kernel.keys, prunes=kernel.early_config_prune is not None, configs=len(kernel.configs))
+print(json.dumps(dict(measured=measured, first=first, wiring=wiring)))
+"""
+
+
+def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
+    """The vanilla forward at the H200's failing launches (3-D, head dim 16: fp32 and fp16 official
+    with the largest configuration pruning keeps on sm_90; fp32 paper, which has no rows and runs
+    the first one) and one row of every other kernel: compiled again for sm_90, the same shared
+    memory, registers and spills as the table, within the limit. The first configuration at head
+    dim 128 (no rows either) fits sm_86 and sm_90 too."""
+    t = vanilla._fwd_kernel.tuning
+    rows = []
+    for dtype in ("fp32", "fp16"):
+        variant = t.variant({"Q": f"*{dtype}", "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16,
+                             "COLS": 16})
+        kept = tuning.fitting_configs(t, variant, t.configs, (9, 0))
+        rows.append(tuning.row_name(t.kernel_id, variant, kept[-1]))  # the largest tile kept
+    for kernel, variant in (("polyline_attention.vanilla._bwd_dkdv_kernel", "bf16 3d official d<=32 cols16"),
+                            ("polyline_attention.line._line_bwd_kernel", "bf16 official d<=32"),
+                            ("selective_scan.scan._selective_scan_bwd_kernel", "bf16 N<=16"),
+                            ("selective_scan.scan._selective_scan_fwd_kernel", "fp32 N<=1"),
+                            ("polyline_scan.decay_scan._decay_scan_bwd_kernel", "fp64 acc fp64"),
+                            ("polyline_scan.decay_scan._decay_scan_fwd_kernel", "bf16 acc fp32")):
+        rows.append(next(n for n in table if n.startswith(f"{kernel} | {variant} | ")))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(rows), str(TOOL.parent)], env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+    if proc.returncode != 0 and "No module named 'triton.backends.nvidia" in proc.stderr:
+        pytest.skip("this Triton build has no NVIDIA backend")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in rows:
+        got = result["measured"][name]["sm_90"]
+        assert got == table[name]["sm_90"], name
+        assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[90], name
+    # What launches without rows run: the first configuration, within the limits.
+    assert len(result["first"]) == 3
+    for name, by_arch in result["first"].items():
+        firsts = (vanilla.FWD_CONFIGS[0], vanilla.BWD_CONFIGS[0])
+        assert any(name.endswith(f"| {tuning.config_label(c)}") for c in firsts), name
+        assert "paper" in name or "d>32" in name, name
+        for arch, got in by_arch.items():
+            assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[int(arch[3:])], (name, arch, got)
+    # Outside the interpreter the autotuner has every configuration, prunes, and keys on the variant.
+    wiring = result["wiring"]
+    assert wiring["prunes"] and wiring["configs"] == len(t.configs)
+    assert {"T", "H", "W", "IS_3D", "PAPER", "PRECISION", "COLS", "BLOCK_D", "BLOCK_DV"} <= set(wiring["key"])
