@@ -9,7 +9,7 @@ Used by ``tools/train.py`` and ``tools/test.py`` before the mmengine ``Runner`` 
   ``device_ids=[local_rank]``; on CPUs the process group is initialised here with gloo and DDP
   gets ``device_ids=None``.
 
-:func:`prepare_for_resume` (called by ``tools/train.py``) makes a resumed run continue the random
+:func:`prepare_for_resume` (called by :mod:`ppma.mm.train`) makes a resumed run continue the random
 streams of the run it resumes: :class:`RandomStateHook` for the training process's streams,
 :class:`WorkerSeededSampler` for the data loader workers'; :class:`AtomicLocalBackend`, mmengine's
 local file backend from the import of this module on, writes every file (checkpoints,
