@@ -47,7 +47,7 @@ def main() -> None:
     query = parse_query(args.query) if args.query else (width / 2, height / 2)
     check_point(query, (height, width))
     model, has_classifier = load_model_from_args(args)
-    if any(layer.grid == "3d" for layer in attention_layers(model).values()):
+    if any(layer.token_layout == "3d" for layer in attention_layers(model).values()):
         if args.frames < 1:
             raise ValueError(f"--frames must be >= 1, got {args.frames}")
         image = np.repeat(image[None], args.frames, axis=0)  # (T, h, w, 3)

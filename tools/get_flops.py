@@ -1,57 +1,7 @@
-"""FLOPs and parameters of a config's backbone and of the whole detector/segmentor.
-
-    python tools/get_flops.py CONFIG [--shape 800 1280]
-
-Counted by :mod:`ppma.models.flops` (fvcore, one fused multiply-add = one FLOP as in the
-papers, every registered op by its formula) on one image of ``--shape`` (H W), in total and
-without the attention products ``q k^T`` and ``weights x v`` (which the paper's detection
-FLOPs leave out). Detectors count the test-time network from the image to the head outputs
-(RPN, RoI heads on the RPN's proposals); segmentors one whole-image forward (no sliding window).
-Ops fvcore has no rule for (e.g. NMS, RoIAlign) are left out.
-"""
-import argparse
-import logging
-
-import torch
-from torch import nn
-
-from ppma.mm.analysis import build_model, dummy_batch
-from ppma.mm.runtime import load_config
-from ppma.models.flops import flop_analysis, total_flops
-
-
-class TensorForward(nn.Module):
-    """``model._forward(inputs, data_samples)`` (mmdet/mmseg tensor mode) as ``f(inputs)``."""
-
-    def __init__(self, model: nn.Module, data_samples: list):
-        super().__init__()
-        self.model = model
-        self.data_samples = data_samples
-
-    def forward(self, inputs: torch.Tensor):
-        return self.model._forward(inputs, self.data_samples)
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config")
-    parser.add_argument("--shape", type=int, nargs=2, default=(800, 1280), metavar=("H", "W"))
-    args = parser.parse_args(argv)
-    logging.getLogger("fvcore").setLevel(logging.ERROR)
-    cfg = load_config(args.config)
-    model = build_model(cfg)
-    _, samples = dummy_batch(cfg.default_scope, 1, *args.shape)
-    image = torch.zeros(1, 3, *args.shape)
-    print(f"{args.config} at {args.shape[0]}x{args.shape[1]}:")
-    name = getattr(model.backbone, "model_name", type(model.backbone).__name__)
-    parts = ((f"backbone ({name})", model.backbone), (type(model).__name__, TensorForward(model, samples)))
-    for label, module in parts:
-        analysis = flop_analysis(module, image)
-        params = sum(p.numel() for p in module.parameters()) / 1e6
-        print(f"  {label}: {total_flops(analysis) / 1e9:.2f} GFLOPs "
-              f"({total_flops(analysis, ('products',)) / 1e9:.2f} without attention products), {params:.2f} M params")
-
+#!/usr/bin/env python
+"""``python tools/get_flops.py --help``: the command line of :mod:`ppma.mm.get_flops`, whose docstring is the usage
+(also ``python -m ppma.mm.get_flops``)."""
+from ppma.mm.get_flops import main
 
 if __name__ == "__main__":
     main()

@@ -34,7 +34,12 @@ from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ppma.kernels.common.tuning import ARCHS, KERNEL_MODULES, RESOURCES_PATH, SHARED_MEMORY_LIMIT
+from ppma.kernels.common.tuning import (
+    ARCHS,
+    KERNEL_MODULES,
+    RESOURCES_PATH,
+    SHARED_MEMORY_LIMIT,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- kernel_resources: begin -->", "<!-- kernel_resources: end -->"

@@ -61,12 +61,12 @@ FWD_CONFIGS = [
     triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
 ]
-BWD_CONFIGS = [
+BWD_CONFIGS = [  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes): not offered
     triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
     triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
-    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=1),
 ]
 FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
+ACCUMULATOR_REGISTERS = 64  # fp32 accumulator registers per thread beyond which a configuration is pruned
 # The resource table's channel blocks: head dims up to 32 count as 32; larger ones have no rows
 # (their launches run the first configuration, untuned).
 HEAD_BLOCKS = (32,)
@@ -83,6 +83,23 @@ def _variant(args) -> str:
     head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
     form = "paper" if args["PAPER"] else "official"
     return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} d{head} cols{args['COLS']}"
+
+
+def accumulator_prune(backward: bool):
+    """The kernels' ``early_config_prune`` (:func:`tuning.autotune`'s ``prune``): drop the
+    configurations whose fp32 accumulators, ``(BLOCK, 2 dv)`` forward (official form; ``dv``
+    paper) or ``(BLOCK, d + dv)`` backward, take more than :data:`ACCUMULATOR_REGISTERS` registers
+    per thread (they spill: head dims above 32 with few warps); when none is left, the one with
+    the fewest tokens per warp. Every configuration stays at head dims up to 32."""
+    def prune(configs, nargs, **launch):
+        args = {**nargs, **launch}
+        if backward:
+            width = args["BLOCK_D"] + args["BLOCK_DV"]
+        else:
+            width = args["BLOCK_DV"] * (1 if args["PAPER"] else 2)
+        kept = [c for c in configs if c.kwargs["BLOCK"] * width <= ACCUMULATOR_REGISTERS * 32 * c.num_warps]
+        return kept or [min(configs, key=lambda c: c.kwargs["BLOCK"] / c.num_warps)]
+    return prune
 
 
 def _tiles(meta, frames, height, width, cols):
@@ -152,7 +169,7 @@ def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_
     return m_fl, m_lf
 
 
-@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant)
+@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=accumulator_prune(False))
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
@@ -379,7 +396,8 @@ def _bwd_pass(
     return acc_d, acc_dv, f_n, f_ok
 
 
-@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, reset_to_zero=["DG"])
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=accumulator_prune(True),
+                 reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dkdv_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DK, DV_PTR,
@@ -402,7 +420,8 @@ def _bwd_dkdv_kernel(
              mask=f_ok[:, None] & (cv[None, :] < DV))
 
 
-@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, reset_to_zero=["DG"])
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=accumulator_prune(True),
+                 reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dq_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DQ,

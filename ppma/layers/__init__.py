@@ -2,21 +2,23 @@
 
 Top level: the pieces the skeletons share and PPMA's mixer under its own name
 (:class:`PolylineAttention`); a family's other pieces and constants stay in its module
-(``ppma.layers.polyline_attention.KINDS``, ``ppma.layers.vmamba``, ``ppma.layers.vim``, ...)."""
+(``ppma.layers.polyline_attention.ATTENTION_KINDS``, ``ppma.layers.vmamba``, ``ppma.layers.vim``, ...)."""
+from ppma._deprecation import renamed_attributes
+
 from .block import MixerBlock, SequenceBlock
 from .conv import GridDepthwiseConv
 from .decay import DecayGenerator
 from .embed import ConvDownsample, ConvStem, PatchStem
 from .ffn import ConvFFN
 from .head import NormPoolHead, ProjectionHead, TokenPoolHead
-from .layout import GRID_2D, GRID_3D, GRIDS, LAYOUTS, SEQUENCE, check_mixer_layout
+from .layout import GRID_2D, GRID_3D, GRID_LAYOUTS, LAYOUTS, SEQUENCE, check_mixer_layout
 from .polyline_attention import PolylineAttention
 from .rope import RasterRotaryEmbedding
 
 __all__ = [
     "GRID_2D",
     "GRID_3D",
-    "GRIDS",
+    "GRID_LAYOUTS",
     "LAYOUTS",
     "SEQUENCE",
     "ConvDownsample",
@@ -34,3 +36,5 @@ __all__ = [
     "TokenPoolHead",
     "check_mixer_layout",
 ]
+
+__getattr__ = renamed_attributes(__name__, globals(), {"GRIDS": "GRID_LAYOUTS"})

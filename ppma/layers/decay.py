@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layout import GRIDS
+from ppma._deprecation import renamed_keyword, renamed_property
+
+from .layout import GRID_LAYOUTS
 
 
 class DecayGenerator(nn.Module):
@@ -26,7 +28,8 @@ class DecayGenerator(nn.Module):
     Args:
         dim: channels ``C`` of the input; must be divisible by ``num_heads``.
         num_heads: heads; one set of decays per head.
-        grid: ``'2d'`` (decays alpha along W, beta along H) or ``'3d'`` (plus gamma along T).
+        token_layout: ``'2d'`` (decays alpha along W, beta along H) or ``'3d'`` (plus gamma
+            along T); ``grid=`` is its deprecated name.
         shared: one decay for all axes (alpha = beta [= gamma]), the paper's ablation.
 
     Forward: ``x`` ``(B, H, W, C)`` (3-D: ``(B, T, H, W, C)``) -> ``(log_alpha, log_beta)``
@@ -38,24 +41,27 @@ class DecayGenerator(nn.Module):
         self,
         dim: int,
         num_heads: int,
-        grid: str = "2d",
+        token_layout: str = "2d",
         shared: bool = False,
         A_init_range: tuple[float, float] = (1.0, 1.1),
         dt_min: float = 1e-3,
         dt_max: float = 1e-1,
         dt_init_floor: float = 1e-4,
+        *,
+        grid: str | None = None,
     ):
         super().__init__()
-        if grid not in GRIDS:
-            raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}")
+        token_layout = renamed_keyword("DecayGenerator", "grid", "token_layout", grid, token_layout, "2d")
+        if token_layout not in GRID_LAYOUTS:
+            raise ValueError(f"token_layout must be one of {GRID_LAYOUTS}, got {token_layout!r}")
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
         if not 0 < A_init_range[0] <= A_init_range[1]:
             raise ValueError(f"A_init_range must satisfy 0 < low <= high, got {A_init_range}")
         self.num_heads = num_heads
-        self.grid = grid
+        self.token_layout = token_layout
         self.shared = shared
-        self.num_axes = 3 if grid == "3d" else 2
+        self.num_axes = 3 if token_layout == "3d" else 2
         self.proj = nn.Linear(dim // num_heads, 1 if shared else self.num_axes, bias=False)
 
         dt = torch.exp(torch.rand(num_heads) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
@@ -76,8 +82,10 @@ class DecayGenerator(nn.Module):
         axes = log_decay.unbind(0)
         return axes[:1] * self.num_axes if self.shared else axes
 
+    grid = renamed_property("grid", "token_layout")
+
     def extra_repr(self) -> str:
-        return f"num_heads={self.num_heads}, grid={self.grid!r}, shared={self.shared}"
+        return f"num_heads={self.num_heads}, token_layout={self.token_layout!r}, shared={self.shared}"
 
 
 def _at_least_fp32(t: torch.Tensor) -> torch.Tensor:

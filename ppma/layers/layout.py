@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from torch import nn
 
+from ppma._deprecation import renamed_attributes
+
 GRID_2D = "2d"
 GRID_3D = "3d"
 SEQUENCE = "sequence"
-GRIDS = (GRID_2D, GRID_3D)
+GRID_LAYOUTS = (GRID_2D, GRID_3D)
 LAYOUTS = (GRID_2D, GRID_3D, SEQUENCE)
 SHAPES = {GRID_2D: "(B, H, W, C)", GRID_3D: "(B, T, H, W, C)", SEQUENCE: "(B, N, C)"}
 
@@ -34,3 +36,6 @@ def check_mixer_layout(mixer: nn.Module, expected: str) -> None:
             f"{type(mixer).__name__} works on {layout!r} tokens {SHAPES[layout]}, "
             f"but this backbone feeds {expected!r} tokens {SHAPES[expected]}"
         )
+
+
+__getattr__ = renamed_attributes(__name__, globals(), {"GRIDS": "GRID_LAYOUTS"})

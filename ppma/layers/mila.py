@@ -4,7 +4,7 @@ The released model's parts, on channels-last grids ``(B, H, W, C)`` of any size:
 
 - :class:`MILARotaryEmbedding`: 2-D rotary embedding over all channels, computed for the grid
   it is given (the release stores a fixed ``(H, W, C/2, 2)`` buffer for one input size);
-- :class:`MILAttention`: the token mixer (``token_layout = '2d'``);
+- :class:`MILAAttention`: the token mixer (``token_layout = '2d'``);
 - :class:`MILABlock`: positional conv, the Mamba-like gated branch around the attention, MLP;
 - :class:`MILAStem` (stride 4), :class:`MILADownsample` (stride 2); the classifier is :class:`ppma.layers.NormPoolHead`.
 
@@ -28,6 +28,8 @@ import torch.fx
 import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 from torch import nn
+
+from ppma._deprecation import renamed_attributes
 
 from .conv import GridDepthwiseConv
 from .layout import GRID_2D
@@ -182,7 +184,7 @@ class MILARotaryEmbedding(nn.Module):
         return f"dim={self.dim}, base={self.base}"
 
 
-class MILAttention(nn.Module):
+class MILAAttention(nn.Module):
     """MILA's linear attention with RoPE and LePE, as released, on any ``H x W`` grid.
 
     ``q, k = elu(qk(x)) + 1`` (one linear map to ``2C``), ``v = x``; ``N = H W``; per head
@@ -249,7 +251,7 @@ class MILABlock(nn.Module):
 
     ``cpe1``, ``cpe2``, ``dwc``: 3x3 depthwise convs; norms LayerNorm (eps 1e-5); ``mlp`` timm's
     ``Mlp`` (GELU) with ``int(dim * mlp_ratio)`` hidden channels. ``mixer`` (stored as ``attn``)
-    is the token mixer, :class:`MILAttention` as released.
+    is the token mixer, :class:`MILAAttention` as released.
     """
 
     def __init__(self, dim: int, mixer: nn.Module, mlp_ratio: float = 4.0, drop_path: float = 0.0):
@@ -362,3 +364,6 @@ class MILADownsample(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+
+__getattr__ = renamed_attributes(__name__, globals(), {"MILAttention": "MILAAttention"})

@@ -4,14 +4,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ppma._deprecation import renamed_attributes, renamed_keyword, renamed_property
 from ppma.ops import polyline_attention, polyline_linear_attention
-from ppma.ops.polyline_attention import FORMS as MASK_FORMS
+from ppma.ops.polyline_attention import FORMS
 
 from .conv import GridDepthwiseConv
-from .decay import GRIDS, DecayGenerator
+from .decay import DecayGenerator
+from .layout import GRID_LAYOUTS
 from .rope import RasterRotaryEmbedding
 
-KINDS = ("vanilla", "criss_cross", "linear")
+#: the layer's kinds: the op's (``ppma.ops.polyline_attention.KINDS``) and ``'linear'``
+ATTENTION_KINDS = ("vanilla", "criss_cross", "linear")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -26,7 +29,7 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 class PolylineAttention(nn.Module):
     """Multi-head attention masked by the polyline path mask, on a 2-D or 3-D token grid.
 
-    Shapes: ``x`` ``(B, H, W, C)`` (``grid='3d'``: ``(B, T, H, W, C)``) -> same shape.
+    Shapes: ``x`` ``(B, H, W, C)`` (``token_layout='3d'``: ``(B, T, H, W, C)``) -> same shape.
     ``N = H*W`` (3-D ``T*H*W``) tokens, ``heads`` heads of ``d = C // heads`` channels.
 
     Common to every kind: ``q, k, v`` are linear maps of ``x``; the rotary embedding
@@ -37,11 +40,12 @@ class PolylineAttention(nn.Module):
     (row = query, column = key), ``L^T`` the H2V mask and ``L2D = L + L^T``.
 
     Kinds (``kind``); vanilla and criss-cross are :func:`ppma.ops.polyline_attention`, with
-    ``form=mask_form`` (``None``, the default, means ``'official'``):
+    the same ``form`` (``None``, the default, means ``'official'``; ``mask_form=`` and
+    ``grid=`` are the deprecated names of ``form=`` and ``token_layout=``):
 
-    - ``'vanilla'``, O(N^2). ``mask_form='official'`` (the released models):
+    - ``'vanilla'``, O(N^2). ``form='official'`` (the released models):
       ``0.5 * softmax(QK^T + log L) V + 0.5 * softmax(QK^T + log L^T) V``;
-      ``mask_form='paper'``: ``(softmax(QK^T) * L2D) V``.
+      ``form='paper'``: ``(softmax(QK^T) * L2D) V``.
     - ``'criss_cross'``, O(N^1.5) (the early stages of the released models): per grid axis
       ``a`` a 1-D attention ``A_a`` among the tokens of each line along ``a``, with the 1-D log
       mask of that axis' decay (official: ``softmax(QK^T + log M_a)``; paper:
@@ -54,7 +58,7 @@ class PolylineAttention(nn.Module):
 
       i.e. ``out_n = sum_m L2D[n, m] (q*_n . k*_m) v_m / sum_m L2D[n, m] (q*_n . k*_m)``:
       :func:`ppma.ops.polyline_linear_attention` (the ``L2D`` scans of the ``d*d + d`` channels
-      of ``[k* (x) v, k*]``, a few channels at a time). ``mask_form`` does not apply: passing
+      of ``[k* (x) v, k*]``, a few channels at a time). ``form`` does not apply: passing
       one raises ``ValueError``, and the attribute is ``None``.
 
     Contract for tools that hook the layer without changing it (e.g. :mod:`ppma.vis`):
@@ -67,7 +71,7 @@ class PolylineAttention(nn.Module):
       (3-D ``(B, heads, T, H, W, d)``), called in every kind. For vanilla and criss-cross the
       attention logits are ``q_tap_out @ k_tap_out^T``; the linear kind taps before
       ``feature_map``, its kernel is ``feature_map(q_tap_out) @ feature_map(k_tap_out)^T``.
-    - plain attributes ``kind``, ``grid``, ``mask_form``, ``num_heads``.
+    - plain attributes ``kind``, ``token_layout``, ``form``, ``num_heads``.
     """
 
     def __init__(
@@ -75,41 +79,45 @@ class PolylineAttention(nn.Module):
         dim: int,
         num_heads: int,
         kind: str = "vanilla",
-        grid: str = "2d",
-        mask_form: str | None = None,
+        token_layout: str = "2d",
+        form: str | None = None,
         shared_decay: bool = False,
         eps: float = 1e-6,
+        *,
+        grid: str | None = None,
+        mask_form: str | None = None,
     ):
         super().__init__()
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        if grid not in GRIDS:
-            raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}")
-        if kind == "linear" and mask_form is not None:
-            raise ValueError(f"mask_form does not apply to the linear kind, got mask_form={mask_form!r}")
+        token_layout = renamed_keyword("PolylineAttention", "grid", "token_layout", grid, token_layout, "2d")
+        form = renamed_keyword("PolylineAttention", "mask_form", "form", mask_form, form, None)
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        if token_layout not in GRID_LAYOUTS:
+            raise ValueError(f"token_layout must be one of {GRID_LAYOUTS}, got {token_layout!r}")
+        if kind == "linear" and form is not None:
+            raise ValueError(f"form does not apply to the linear kind, got form={form!r}")
         if kind != "linear":
-            mask_form = "official" if mask_form is None else mask_form
-            if mask_form not in MASK_FORMS:
-                raise ValueError(f"mask_form must be one of {MASK_FORMS}, got {mask_form!r}")
+            form = "official" if form is None else form
+            if form not in FORMS:
+                raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.kind = kind
-        self.grid = grid
-        self.token_layout = grid  # ppma.layers.layout: GRID_2D '2d' or GRID_3D '3d'
-        self.mask_form = mask_form
+        self.token_layout = token_layout  # ppma.layers.layout: GRID_2D '2d' or GRID_3D '3d'
+        self.form = form
         self.eps = eps
         self.scale = self.head_dim**-0.5
-        self.grid_rank = 3 if grid == "3d" else 2
+        self.grid_rank = 3 if token_layout == "3d" else 2
 
         self.q_proj = nn.Linear(dim, dim)
         self.k_proj = nn.Linear(dim, dim)
         self.v_proj = nn.Linear(dim, dim)
         self.lepe = GridDepthwiseConv(dim, 5)
         self.out_proj = nn.Linear(dim, dim)
-        self.decay = DecayGenerator(dim, num_heads, grid=grid, shared=shared_decay)
+        self.decay = DecayGenerator(dim, num_heads, token_layout=token_layout, shared=shared_decay)
         self.rope = RasterRotaryEmbedding(self.head_dim, grid_rank=self.grid_rank)
         self.q_tap = nn.Identity()
         self.k_tap = nn.Identity()
@@ -117,7 +125,7 @@ class PolylineAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != self.grid_rank + 2 or x.shape[-1] != self.dim:
-            layout = "(B, T, H, W, C)" if self.grid == "3d" else "(B, H, W, C)"
+            layout = "(B, T, H, W, C)" if self.token_layout == "3d" else "(B, H, W, C)"
             raise ValueError(f"x must have shape {layout} with C={self.dim}, got {tuple(x.shape)}")
         v = self.v_proj(x)
         lepe = self.lepe(v)
@@ -133,7 +141,7 @@ class PolylineAttention(nn.Module):
         if self.kind == "linear":
             out = self._linear(q, k, v, log_alpha, log_beta, log_gamma)
         else:
-            out = polyline_attention(q, k, v, log_alpha, log_beta, log_gamma, kind=self.kind, form=self.mask_form)
+            out = polyline_attention(q, k, v, log_alpha, log_beta, log_gamma, kind=self.kind, form=self.form)
         # the heads merged by the sum with lepe, which lays them out as lepe (B, *grid, heads, d):
         # added into lepe, the conv's fresh output
         out = lepe.unflatten(-1, (self.num_heads, self.head_dim)).add_(out.movedim(1, -2))
@@ -147,13 +155,19 @@ class PolylineAttention(nn.Module):
         fq, fk = self.feature_map(q), self.feature_map(k)
         return polyline_linear_attention(fq, fk, v, log_alpha, log_beta, log_gamma, eps=self.eps)
 
+    grid = renamed_property("grid", "token_layout")
+    mask_form = renamed_property("mask_form", "form")
+
     def extra_repr(self) -> str:
         return (
-            f"dim={self.dim}, num_heads={self.num_heads}, kind={self.kind!r}, grid={self.grid!r}, "
-            f"mask_form={self.mask_form!r}"
+            f"dim={self.dim}, num_heads={self.num_heads}, kind={self.kind!r}, "
+            f"token_layout={self.token_layout!r}, form={self.form!r}"
         )
 
 
 def _unpack(decays):
     """``(log_alpha, log_beta[, log_gamma])`` -> ``(log_alpha, log_beta, log_gamma or None)``."""
     return decays[0], decays[1], (decays[2] if len(decays) == 3 else None)
+
+
+__getattr__ = renamed_attributes(__name__, globals(), {"KINDS": "ATTENTION_KINDS"})

@@ -46,3 +46,15 @@ def dummy_batch(scope: str, batch_size: int, height: int, width: int, device: st
                 scale_factor=(1.0, 1.0))
     inputs = torch.randn(batch_size, 3, height, width, device=device)
     return inputs, [DataSample(metainfo=meta) for _ in range(batch_size)]
+
+
+class TensorForward(torch.nn.Module):
+    """``model._forward(inputs, data_samples)`` (mmdet/mmseg tensor mode) as ``f(inputs)``."""
+
+    def __init__(self, model: torch.nn.Module, data_samples: list):
+        super().__init__()
+        self.model = model
+        self.data_samples = data_samples
+
+    def forward(self, inputs: torch.Tensor):
+        return self.model._forward(inputs, self.data_samples)

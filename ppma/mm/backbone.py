@@ -23,7 +23,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from ppma.models.checkpoint import load_strict, model_state_dict
 from ppma.models.family import family_of
 
-from .checkpoint import read_checkpoint
+from .checkpoint import read_checkpoint_or_url
 
 
 class PyramidBackbone(BaseModule):
@@ -118,7 +118,7 @@ class PyramidBackbone(BaseModule):
 
         Returns the keys that kept their initialisation; logs what was loaded.
         """
-        checkpoint = model_state_dict(read_checkpoint(path))
+        checkpoint = model_state_dict(read_checkpoint_or_url(path))
         state = load_strict(self.model, checkpoint, family_of(self.model_name).checkpoint_filter_fn,
                             source=f"checkpoint {path}", model_name=self.model_name)
         print_log(f"{self.model_name}: loaded {len(state.loaded)} tensors from {path}; "

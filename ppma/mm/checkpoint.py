@@ -14,11 +14,12 @@ then converts them to the model's layout and checks them strictly (see
 """
 from __future__ import annotations
 
+from ppma._deprecation import renamed_attributes
 from ppma.models.checkpoint import allow_official_globals
 from ppma.models.checkpoint import read_checkpoint as ppma_read_checkpoint
 
 
-def read_checkpoint(path: str) -> dict:
+def read_checkpoint_or_url(path: str) -> dict:
     """Read a local checkpoint (:func:`ppma.models.read_checkpoint`) or a URL (mmengine's loader).
 
     Both load with ``weights_only=True`` (the default of torch >= 2.6), allowing the official
@@ -32,3 +33,6 @@ def read_checkpoint(path: str) -> dict:
     with allow_official_globals():
         return CheckpointLoader.load_checkpoint(str(path), map_location="cpu")
 
+
+# this module's read_checkpoint was two functions' name: it is read_checkpoint_or_url
+__getattr__ = renamed_attributes(__name__, globals(), {"read_checkpoint": "read_checkpoint_or_url"})

@@ -27,7 +27,7 @@ from ppma.models.checkpoint import load_strict, model_state_dict
 from ppma.models.family import family_of
 
 from .backbone import _check_init_cfg
-from .checkpoint import read_checkpoint
+from .checkpoint import read_checkpoint_or_url
 
 __all__ = ["ClassCountCheckHook", "PresetClassifier"]
 
@@ -81,7 +81,7 @@ class PresetClassifier(TimmClassifier):
     def load_checkpoint(self, path: str) -> None:
         """Load an official or converted checkpoint of this preset into the timm model, strictly."""
         convert = family_of(self.model_name).checkpoint_filter_fn
-        state = load_strict(self.model, model_state_dict(read_checkpoint(path)), convert,
+        state = load_strict(self.model, model_state_dict(read_checkpoint_or_url(path)), convert,
                             source=f"checkpoint {path}", model_name=self.model_name, head_may_differ=True)
         resized = [k for k in state.kept if k.startswith("head.fc.")]
         print_log(f"{self.model_name}: loaded {path}"

@@ -22,7 +22,7 @@ from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
 from ppma.layers import NormPoolHead
-from ppma.layers.mila import MILABlock, MILADownsample, MILAStem, MILAttention
+from ppma.layers.mila import MILAAttention, MILABlock, MILADownsample, MILAStem
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
 from .family import Family, register_family
@@ -34,7 +34,7 @@ __all__ = ["MILA", "checkpoint_filter_fn", "checkpoint_model_kwargs", "PRESETS"]
 
 class MILA(HierarchicalBackbone):
     """MILA backbone: :class:`HierarchicalBackbone` with :class:`~ppma.layers.mila.MILABlock` s
-    around :class:`~ppma.layers.mila.MILAttention`, the released stem, downsampler and head.
+    around :class:`~ppma.layers.mila.MILAAttention`, the released stem, downsampler and head.
 
     Args (per-stage sequences have one entry per stage):
         embed_dims, depths, num_heads: stage widths (multiples of 4), blocks, heads.
@@ -58,7 +58,7 @@ class MILA(HierarchicalBackbone):
         if len(num_heads) != len(embed_dims):
             raise ValueError(f"num_heads must have one entry per stage ({len(embed_dims)}), got {tuple(num_heads)}")
         super().__init__(
-            [partial(MILAttention, num_heads=h, qkv_bias=qkv_bias) for h in num_heads],
+            [partial(MILAAttention, num_heads=h, qkv_bias=qkv_bias) for h in num_heads],
             embed_dims=embed_dims,
             depths=depths,
             mlp_ratios=mlp_ratio,

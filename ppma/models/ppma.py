@@ -21,8 +21,9 @@ from timm.layers import trunc_normal_
 from timm.models import generate_default_cfgs, register_model, register_notrace_module, resolve_pretrained_cfg
 from torch import nn
 
+from ppma._deprecation import renamed_keyword, renamed_property
 from ppma.layers import PolylineAttention, ProjectionHead
-from ppma.layers.polyline_attention import KINDS
+from ppma.layers.polyline_attention import ATTENTION_KINDS
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
 from .family import Family, register_family
@@ -40,8 +41,10 @@ class PPMA(HierarchicalBackbone):
         layerscale: bool or one bool per stage (:class:`~ppma.layers.MixerBlock`'s layer scale),
             initialised to ``layerscale_init``.
         attn_kinds: ``'vanilla'``, ``'criss_cross'`` or ``'linear'`` per stage.
-        mask_form: ``'official'`` (mask inside the softmax, the released weights) or ``'paper'``.
-        grid: ``'2d'`` (images ``(B, C, H, W)``) or ``'3d'`` (``(B, C, T, H, W)``).
+        form: ``'official'`` (mask inside the softmax, the released weights) or ``'paper'``
+            (``mask_form=`` is its deprecated name).
+        token_layout: ``'2d'`` (images ``(B, C, H, W)``) or ``'3d'`` (``(B, C, T, H, W)``)
+            (``grid=`` is its deprecated name).
         shared_decay: one decay for all grid axes (alpha = beta), the paper's ablation.
         head_hidden_dim: width of the head's projection (the pre-logits features), 1024 as released.
         other args: see :class:`HierarchicalBackbone`.
@@ -54,25 +57,30 @@ class PPMA(HierarchicalBackbone):
         num_heads: Sequence[int] = (4, 4, 8, 16),
         mlp_ratios: float | Sequence[float] = 3.0,
         attn_kinds: Sequence[str] = ("criss_cross", "criss_cross", "vanilla", "vanilla"),
-        mask_form: str = "official",
-        grid: str = "2d",
+        form: str = "official",
+        token_layout: str = "2d",
         shared_decay: bool = False,
         drop_path_rate: float = 0.1,
         layerscale: bool | Sequence[bool] = False,
         layerscale_init: float = 1e-6,
         head_hidden_dim: int = 1024,
+        *,
+        mask_form: str | None = None,
+        grid: str | None = None,
         **kwargs,
     ):
+        form = renamed_keyword("PPMA", "mask_form", "form", mask_form, form, "official")
+        token_layout = renamed_keyword("PPMA", "grid", "token_layout", grid, token_layout, "2d")
         for name, seq in (("num_heads", num_heads), ("attn_kinds", attn_kinds)):
             if len(seq) != len(embed_dims):
                 raise ValueError(f"{name} must have one entry per stage ({len(embed_dims)}), got {tuple(seq)}")
         for kind in attn_kinds:
-            if kind not in KINDS:
-                raise ValueError(f"attn_kinds entries must be one of {KINDS}, got {kind!r}")
+            if kind not in ATTENTION_KINDS:
+                raise ValueError(f"attn_kinds entries must be one of {ATTENTION_KINDS}, got {kind!r}")
         mixers = [
             partial(
-                PolylineAttention, num_heads=h, kind=k, grid=grid, shared_decay=shared_decay,
-                mask_form=None if k == "linear" else mask_form,  # mask_form does not apply to linear
+                PolylineAttention, num_heads=h, kind=k, token_layout=token_layout, shared_decay=shared_decay,
+                form=None if k == "linear" else form,  # form does not apply to linear
             )
             for h, k in zip(num_heads, attn_kinds)
         ]
@@ -87,13 +95,15 @@ class PPMA(HierarchicalBackbone):
             mlp_ratios=mlp_ratios,
             drop_path_rate=drop_path_rate,
             block_kwargs=block_kwargs,
-            grid=grid,
+            token_layout=token_layout,
             head_layer=partial(ProjectionHead, hidden_dim=head_hidden_dim),
             **kwargs,
         )
         self.attn_kinds = tuple(attn_kinds)
-        self.mask_form = mask_form
+        self.form = form
         self.apply(_init_weights)
+
+    mask_form = renamed_property("mask_form", "form")
 
 
 # torch.fx (timm's feature extraction, test_models' FX tests) keeps the mixer as one call: its
@@ -228,7 +238,7 @@ PRESETS = {
 }
 for _size in ("tiny", "small", "base"):
     PRESETS[f"ppma_linear_{_size}"] = dict(PRESETS[f"ppma_{_size}"], attn_kinds=("linear",) * 4)
-PRESETS["ppma_tiny_3d"] = dict(PRESETS["ppma_tiny"], grid="3d")
+PRESETS["ppma_tiny_3d"] = dict(PRESETS["ppma_tiny"], token_layout="3d")
 # timm's test_* convention: tiny and fast, for generic model tests; still criss-cross then vanilla.
 PRESETS["test_ppma"] = dict(
     embed_dims=(16, 32, 48, 64), depths=(1, 1, 1, 1), num_heads=(1, 2, 3, 4), mlp_ratios=(2, 2, 2, 2),

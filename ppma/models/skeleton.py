@@ -3,7 +3,7 @@
 Optional per-stage output norms, NCHW multi-scale features at strides 4/8/16/32, and a
 classification head. Families (PPMA, and later VMamba/MILA) differ in the token mixer of each
 stage, given as a factory ``mixer(dim) -> nn.Module`` whose ``token_layout`` is the backbone's
-grid (:mod:`ppma.layers.layout`): channels-last ``(B, H, W, C)``, 3-D ``(B, T, H, W, C)``.
+(:mod:`ppma.layers.layout`): channels-last ``(B, H, W, C)``, 3-D ``(B, T, H, W, C)``.
 The timm API is :class:`~ppma.models.backbone.TimmBackbone`'s.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ import torch
 from timm.models import checkpoint_seq
 from torch import nn
 
+from ppma._deprecation import renamed_keyword, renamed_property
 from ppma.layers import ConvDownsample, ConvStem, MixerBlock, ProjectionHead
-from ppma.layers.layout import GRID_3D, GRIDS, check_mixer_layout
+from ppma.layers.layout import GRID_3D, GRID_LAYOUTS, check_mixer_layout
 
 from .backbone import TimmBackbone, take_indices
 
@@ -50,15 +51,17 @@ class HierarchicalBackbone(TimmBackbone):
 
     Args:
         mixers: one factory per stage, ``mixer(dim) -> nn.Module``, called once per block; the
-            mixer's ``token_layout`` must be ``grid``.
+            mixer's ``token_layout`` must be the backbone's.
         embed_dims, depths, mlp_ratios: per stage.
         in_chans, num_classes: input channels and classes (0: no classifier).
         global_pool: ``'avg'``, or ``''`` for unpooled maps from ``forward`` (see the head).
         drop_path_rate: stochastic depth, linear in the block index from 0 to this value.
         block_kwargs: extra keyword arguments of ``block_layer``, one dict for all stages or
             one per stage (e.g. PPMA's ``layerscale``, ``layerscale_init``).
-        grid: ``'2d'`` for images ``(B, C, H, W)``, ``'3d'`` for clips/volumes ``(B, C, T, H, W)``
-            (T is never downsampled; stem and downsamplers run frame by frame).
+        token_layout: ``'2d'`` for images ``(B, C, H, W)`` (blocks see ``(B, H, W, C)``),
+            ``'3d'`` for clips/volumes ``(B, C, T, H, W)`` (blocks see ``(B, T, H, W, C)``; T is
+            never downsampled; stem and downsamplers run frame by frame). ``grid=`` is its
+            deprecated name.
         output_norms: stage indices (or True for all) that get a LayerNorm on their output
             features, as the released detection/segmentation backbones have; the classifier
             path never uses them.
@@ -88,7 +91,7 @@ class HierarchicalBackbone(TimmBackbone):
         global_pool: str = "avg",
         drop_path_rate: float = 0.0,
         block_kwargs: Mapping[str, Any] | Sequence[Mapping[str, Any]] = (),
-        grid: str = "2d",
+        token_layout: str = "2d",
         output_norms: bool | Iterable[int] = (),
         with_head: bool = True,
         head_layer: Callable[..., nn.Module] = ProjectionHead,
@@ -96,20 +99,23 @@ class HierarchicalBackbone(TimmBackbone):
         stem_layer: Callable[[int, int], nn.Module] = ConvStem,
         downsample_layer: Callable[[int, int], nn.Module] = ConvDownsample,
         min_input_size: int = 32,
+        *,
+        grid: str | None = None,
     ):
         super().__init__()
+        token_layout = renamed_keyword(type(self).__name__, "grid", "token_layout", grid, token_layout, "2d")
         num_stages = len(embed_dims)
         mlp_ratios = per_stage(mlp_ratios, num_stages, "mlp_ratios")
         block_kwargs = per_stage(block_kwargs or {}, num_stages, "block_kwargs")
         for name, seq in (("mixers", mixers), ("depths", depths)):
             if len(seq) != num_stages:
                 raise ValueError(f"{name} must have one entry per stage ({num_stages}), got {len(seq)}")
-        if grid not in GRIDS:
-            raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}")
+        if token_layout not in GRID_LAYOUTS:
+            raise ValueError(f"token_layout must be one of {GRID_LAYOUTS}, got {token_layout!r}")
         self.num_classes = num_classes if with_head else 0
         self.in_chans = in_chans
-        self.grid = grid
-        self.input_layout = grid
+        self.token_layout = token_layout
+        self.input_layout = token_layout
         self.min_input_size = min_input_size
         self.embed_dims = tuple(embed_dims)
         self.num_features = embed_dims[-1]
@@ -124,11 +130,11 @@ class HierarchicalBackbone(TimmBackbone):
             blocks = []
             for j in range(depth):
                 mixer = mixers[i](dim)
-                check_mixer_layout(mixer, grid)
+                check_mixer_layout(mixer, token_layout)
                 blocks.append(block_layer(
                     dim=dim, mixer=mixer, mlp_ratio=mlp_ratios[i], drop_path=dpr[start + j], **block_kwargs[i]
                 ))
-            stages.append(Stage(downsample, blocks, grid))
+            stages.append(Stage(downsample, blocks, token_layout))
             start += depth
             self.feature_info.append(dict(num_chs=dim, reduction=4 * 2**i, module=f"stages.{i}"))
         self.stages = nn.Sequential(*stages)
@@ -142,12 +148,14 @@ class HierarchicalBackbone(TimmBackbone):
         self.head = head_layer(embed_dims[-1], num_classes, global_pool=global_pool) if with_head else None
         self.head_hidden_size = self.head.hidden_dim if with_head else embed_dims[-1]
 
+    grid = renamed_property("grid", "token_layout")
+
     # --- TimmBackbone hooks ---------------------------------------------------------------
     def units(self) -> nn.Sequential:
         return self.stages
 
     def _embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
-        if self.grid == GRID_3D:  # (B, C, T, H, W) -> per frame -> (B, T, H/4, W/4, C0)
+        if self.token_layout == GRID_3D:  # (B, C, T, H, W) -> per frame -> (B, T, H/4, W/4, C0)
             return self.stem(x.transpose(1, 2).flatten(0, 1)).unflatten(0, (x.shape[0], x.shape[2])), ()
         return self.stem(x), ()
 

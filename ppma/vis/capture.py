@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from ppma._deprecation import renamed_property
 from ppma.layers import PolylineAttention
 
 
@@ -34,8 +35,8 @@ class AttentionRecord:
 
     name: str
     kind: str
-    grid: str
-    mask_form: str | None  # None for the linear kind
+    token_layout: str  # '2d' or '3d' (ppma.layers.layout)
+    form: str | None  # None for the linear kind
     num_heads: int
     log_alpha: torch.Tensor
     log_beta: torch.Tensor
@@ -43,6 +44,9 @@ class AttentionRecord:
     q: torch.Tensor
     k: torch.Tensor
     feature_map: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    grid = renamed_property("grid", "token_layout")
+    mask_form = renamed_property("mask_form", "form")
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -114,8 +118,8 @@ def capture_attention(
             records[name] = AttentionRecord(
                 name=name,
                 kind=module.kind,
-                grid=module.grid,
-                mask_form=module.mask_form,
+                token_layout=module.token_layout,
+                form=module.form,
                 num_heads=module.num_heads,
                 log_alpha=decays[0],
                 log_beta=decays[1],

@@ -9,9 +9,9 @@ grid's shape, ``(B, heads, H, W)`` (3-D: ``(B, heads, T, H, W)``), and is row ``
 - :func:`attention_row`: the attention weights the layer gives each key, without the mask
   (``softmax(QK^T)``; for the linear kind its normalised kernel) or with it, for every kind:
 
-  - ``'vanilla'``, ``mask_form='official'``:
+  - ``'vanilla'``, ``form='official'``:
     ``0.5*softmax(s + log L_v2h[q]) + 0.5*softmax(s + log L_h2v[q])`` with ``s = q_q . k``;
-    ``mask_form='paper'``: ``softmax(s) * L2D[q]``;
+    ``form='paper'``: ``softmax(s) * L2D[q]``;
   - ``'criss_cross'`` (1-D attentions along each axis with their 1-D masks, output
     ``0.5 * A_W A_H V + 0.5 * A_H A_W V``): the implied weight of key ``(k, l)`` for query
     ``(i, j)`` is ``0.5*(Aw_i[j,l] Ah_l[i,k] + Ah_j[i,k] Aw_k[j,l])``, ``Aw_r`` the row
@@ -107,13 +107,13 @@ def _vanilla_row(rec: AttentionRecord, query, masked: bool) -> torch.Tensor:
     s = _scores(rec, query)
     if not masked:
         return _grid_softmax(s)
-    if rec.mask_form == "official":
+    if rec.form == "official":
         return 0.5 * _grid_softmax(s + _log_mask_row(rec, query, "v2h")) + 0.5 * _grid_softmax(
             s + _log_mask_row(rec, query, "h2v")
         )
-    if rec.mask_form == "paper":
+    if rec.form == "paper":
         return _grid_softmax(s) * mask_row(rec.log_alpha, rec.log_beta, query, "both", rec.log_gamma)
-    raise ValueError(f"{rec.name}: unknown mask_form {rec.mask_form!r}, expected 'official' or 'paper'")
+    raise ValueError(f"{rec.name}: unknown form {rec.form!r}, expected 'official' or 'paper'")
 
 
 def _fix(t: torch.Tensor, query, axes) -> torch.Tensor:
@@ -141,7 +141,7 @@ def _path_weights(rec: AttentionRecord, query, order, masked: bool) -> torch.Ten
             e = torch.zeros(*log_decay.shape, 1, device=log_decay.device)
             e.narrow(2 + a, query[a], 1).fill_(1.0)
             mask = decay_scan_1d(e, log_decay, dim=2 + a)[..., 0]  # row query[a] of each line's mask
-            if rec.mask_form == "official":
+            if rec.form == "official":
                 step = (logits + mask.log()).softmax(2 + a)
             else:
                 step = logits.softmax(2 + a) * mask
@@ -152,8 +152,8 @@ def _path_weights(rec: AttentionRecord, query, order, masked: bool) -> torch.Ten
 
 
 def _criss_cross_row(rec: AttentionRecord, query, masked: bool) -> torch.Tensor:
-    if rec.mask_form not in ("official", "paper"):
-        raise ValueError(f"{rec.name}: unknown mask_form {rec.mask_form!r}, expected 'official' or 'paper'")
+    if rec.form not in ("official", "paper"):
+        raise ValueError(f"{rec.name}: unknown form {rec.form!r}, expected 'official' or 'paper'")
     order = tuple(range(len(rec.grid_shape)))  # T (3-D), H, W: the layer applies A_T first
     return 0.5 * (_path_weights(rec, query, order, masked) + _path_weights(rec, query, order[::-1], masked))
 

@@ -1,14 +1,17 @@
 """Every family's ``test_*`` preset, classifier and ``features_only`` backbone, exported by
-``tools/export.py`` with batch, H and W dynamic: ONNX run in ONNX Runtime and ``.pt2`` loaded back,
+:mod:`ppma.deploy.export` with batch, H and W dynamic: ONNX run in ONNX Runtime and ``.pt2`` loaded back,
 at sizes and batch sizes other than the example's, against eager PyTorch."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "export.py"
-PRESETS = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
+from ppma.deploy import export
+from ppma.models.family import families, family_of
+from ppma.models.plain import PlainBackbone
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = [f.test_preset for f in families()]
 # Exports take 20 s to 2 min each on 2 cores, most of it in the ONNX exporter's graph optimizer:
 # the tool's default (optimized) file is checked on test_ppma and the detector, the other families
 # are exported without the optimizer (the same graph before its rewrites).
@@ -16,18 +19,8 @@ OPTIMIZED = {"test_ppma"}
 # Example sizes with H != W and off the presets' default grids (see docs/deploy.md: Vim's
 # position embedding at its own grid); checked at two other sizes and batch sizes, one odd.
 EXAMPLE = (48, 40)
-OTHER_SIZES = {"test_vim": [(1, 3, 48, 72), (3, 3, 64, 80)]}  # Vim: multiples of its patch
+PLAIN_SIZES = [(1, 3, 48, 72), (3, 3, 64, 80)]  # plain models (Vim): multiples of their patch
 DEFAULT_SIZES = [(1, 3, 97, 131), (3, 3, 64, 72)]
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("tool_export", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-export = _tool()
 
 
 class ClassifierAndFeatures(torch.nn.Module):
@@ -52,7 +45,8 @@ def test_onnx_runs_in_onnxruntime_at_other_sizes(name, tmp_path):
     path = tmp_path / f"{name}.onnx"
     export.save(export.export_program(model, x), x, "onnx", path, export.DEFAULT_OPSET, optimize=name in OPTIMIZED)
     run = export.runner("onnx", path)
-    for shape in OTHER_SIZES.get(name, DEFAULT_SIZES):
+    plain = issubclass(family_of(name).model_class, PlainBackbone)
+    for shape in PLAIN_SIZES if plain else DEFAULT_SIZES:
         assert export.max_relative_error(model, run, shape) < export.TOLERANCE, shape
 
 
@@ -69,7 +63,7 @@ def test_pt2_round_trip_at_other_sizes(tmp_path):
 def test_detector_backbone_and_neck_run_in_onnxruntime(tmp_path):
     pytest.importorskip("mmdet", reason="mmdet is not installed (pip install 'ppma[mm]'); CI installs it")
     pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install .[export])")
-    config = TOOL.parents[1] / "mm_configs" / "quickstart" / "mask_rcnn_ppma_micro_fpn_shapes.py"
+    config = ROOT / "mm_configs" / "quickstart" / "mask_rcnn_ppma_micro_fpn_shapes.py"
     model = export.build_dense(str(config))
     x = export.example_input(model, (64, 80))
     path = tmp_path / "mask_rcnn_backbone_neck.onnx"

@@ -1,16 +1,23 @@
-"""What a new user gets for bad or unusual input, the same on every family: a named error."""
+"""What a new user gets for bad or unusual input, the same on every family (its test preset): a
+named error."""
 import pytest
 import timm
 import torch
 
 import ppma  # noqa: F401  (registers the presets)
 from ppma.models.checkpoint import check_pretrained, load_strict, model_state_dict, read_checkpoint
-from ppma.models.family import family_of
+from ppma.models.family import families, family_of
+from ppma.models.skeleton import HierarchicalBackbone
 
-FAMILIES = ["test_ppma", "test_vmamba", "test_vim", "test_mila"]
-#: another variant of each family: other widths
-OTHER_VARIANT = {"test_ppma": dict(embed_dims=(32, 64, 96, 128)), "test_vmamba": dict(embed_dims=(32, 64, 96, 128)),
-                 "test_mila": dict(embed_dims=(32, 64, 96, 128)), "test_vim": dict(embed_dim=32)}
+FAMILIES = [f.test_preset for f in families()]
+
+
+def other_widths(name: str) -> dict:
+    """The keywords of another variant of ``name``'s family: other widths (a hierarchical model's
+    ``embed_dims`` per stage, a plain model's one ``embed_dim``)."""
+    if issubclass(family_of(name).model_class, HierarchicalBackbone):
+        return dict(embed_dims=(32, 64, 96, 128))
+    return dict(embed_dim=32)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -72,7 +79,7 @@ def test_missing_checkpoint_names_the_path(family, tmp_path):
         check_pretrained(name, dict(file=str(path)))
 
 
-@pytest.mark.parametrize("name", ["test_ppma", "test_vmamba", "test_vim", "test_mila", "mila_tiny"])
+@pytest.mark.parametrize("name", [*FAMILIES, "mila_tiny"])
 def test_no_download_says_how_to_pass_a_file(name):
     with pytest.raises(ValueError, match=rf"'{name}' has no download .*pretrained_cfg_overlay=dict\(file="):
         check_pretrained(name)
@@ -87,7 +94,7 @@ def test_a_good_file_passes(family, tmp_path):
 
 def test_another_variants_checkpoint_names_keys_and_shapes(family):
     name, model = family
-    other = timm.create_model(name, **OTHER_VARIANT[name])
+    other = timm.create_model(name, **other_widths(name))
     with pytest.raises(ValueError, match=rf"checkpoint other\.pth does not fit '{name}': .*size mismatch for stem\."):
         load_strict(model, other.state_dict(), family_of(name).checkpoint_filter_fn, source="checkpoint other.pth",
                     model_name=name)

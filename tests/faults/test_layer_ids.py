@@ -1,12 +1,18 @@
-"""Layer-wise lr decay ids come from the models' group_matcher, as the BEiT-style rule says."""
+"""Layer-wise lr decay ids come from the models' group_matcher, as the BEiT-style rule says: every
+family's test preset, by its kind (hierarchical stages, or plain blocks)."""
 import pytest
 import timm
 
 pytest.importorskip("mmengine")
 from ppma.mm.optim import block_layer_ids  # noqa: E402
+from ppma.models.family import families  # noqa: E402
+from ppma.models.skeleton import HierarchicalBackbone  # noqa: E402
+
+HIERARCHICAL = [f.test_preset for f in families() if issubclass(f.model_class, HierarchicalBackbone)]
+PLAIN = [f.test_preset for f in families() if f.test_preset not in HIERARCHICAL]
 
 
-@pytest.mark.parametrize("name", ["test_ppma", "test_vmamba", "test_mila"])
+@pytest.mark.parametrize("name", HIERARCHICAL)
 def test_hierarchical_layer_ids(name):
     model = timm.create_model(name, depths=(2, 1, 3, 1), output_norms=[1, 3], with_head=False)
     ids, total = block_layer_ids(model)
@@ -25,8 +31,9 @@ def test_hierarchical_layer_ids(name):
             assert parts[0] == "out_norms" and lid == 8, param
 
 
-def test_plain_layer_ids():
-    model = timm.create_model("test_vim", depth=5, pyramid=True)
+@pytest.mark.parametrize("name", PLAIN)
+def test_plain_layer_ids(name):
+    model = timm.create_model(name, depth=5, pyramid=True)
     ids, total = block_layer_ids(model)
     assert total == 5
     for param, lid in ids.items():

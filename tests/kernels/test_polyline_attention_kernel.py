@@ -166,6 +166,17 @@ def test_backward_fake_describes_the_backward(kind, grid):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
 
 
+def test_head_dims_above_32_prune_the_configurations_that_spill():
+    """On a GPU the autotuner first drops the configurations whose accumulators need more than 64
+    registers per thread (4 warps at head dim 64 and up spilled when compiled): at head dim 32
+    every configuration stays (as the resource table has them), at 128 the 8-warp 64-token one."""
+    for backward, configs in ((False, vanilla.FWD_CONFIGS), (True, vanilla.BWD_CONFIGS)):
+        prune = vanilla.accumulator_prune(backward)
+        assert prune(configs, {}, BLOCK_D=32, BLOCK_DV=32, PAPER=False) == configs
+        kept = prune(configs, {}, BLOCK_D=128, BLOCK_DV=128, PAPER=False)
+        assert [(c.kwargs["BLOCK"], c.num_warps) for c in kept] == [(64, 8)]
+
+
 class LaunchCounter:
     """Stands in for a ``@triton.jit`` kernel and counts its launches (``kernel[grid](...)``)."""
 

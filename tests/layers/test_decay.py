@@ -7,12 +7,12 @@ import torch.nn.functional as F
 from ppma.layers import DecayGenerator
 
 
-@pytest.mark.parametrize("grid,shape", [("2d", (2, 3, 5, 16)), ("3d", (1, 2, 3, 4, 16))])
-def test_shapes_dtype_and_formula(grid, shape):
-    gen = DecayGenerator(16, 4, grid=grid)
+@pytest.mark.parametrize("layout,shape", [("2d", (2, 3, 5, 16)), ("3d", (1, 2, 3, 4, 16))])
+def test_shapes_dtype_and_formula(layout, shape):
+    gen = DecayGenerator(16, 4, token_layout=layout)
     x = torch.randn(shape)
     decays = gen(x)
-    assert len(decays) == (3 if grid == "3d" else 2)
+    assert len(decays) == (3 if layout == "3d" else 2)
     heads = x.unflatten(-1, (4, 4))  # (B, *grid, heads, d)
     for axis, log_decay in enumerate(decays):
         assert log_decay.dtype == torch.float32
@@ -35,7 +35,7 @@ def test_mamba2_initialisation_and_no_weight_decay():
 
 
 def test_shared_decay_ablation():
-    gen = DecayGenerator(12, 3, grid="3d", shared=True)
+    gen = DecayGenerator(12, 3, token_layout="3d", shared=True)
     assert gen.proj.weight.shape == (1, 4)
     la, lb, lg = gen(torch.randn(2, 2, 3, 5, 12))
     assert torch.equal(la, lb) and torch.equal(lb, lg)
@@ -51,24 +51,24 @@ def test_autocast_keeps_fp32_decays():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="divisible"):
         DecayGenerator(10, 3)
-    with pytest.raises(ValueError, match="grid"):
-        DecayGenerator(8, 2, grid="1d")
+    with pytest.raises(ValueError, match="token_layout"):
+        DecayGenerator(8, 2, token_layout="1d")
     with pytest.raises(ValueError, match="A_init_range"):
         DecayGenerator(8, 2, A_init_range=(0.0, 1.0))
 
 
 def test_gradients_reach_every_parameter():
-    gen = DecayGenerator(8, 2, grid="3d").double()
+    gen = DecayGenerator(8, 2, token_layout="3d").double()
     sum(d.sum() for d in gen(torch.randn(1, 2, 3, 3, 8, dtype=torch.float64))).backward()
     for name, p in gen.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     assert math.isfinite(gen.A_log.grad.sum().item())
 
 
-@pytest.mark.parametrize("grid,shape", [("2d", (1, 7, 9, 12)), ("3d", (2, 2, 3, 5, 12))])
-def test_values_and_gradients_against_the_formula(grid, shape):
+@pytest.mark.parametrize("layout,shape", [("2d", (1, 7, 9, 12)), ("3d", (2, 2, 3, 5, 12))])
+def test_values_and_gradients_against_the_formula(layout, shape):
     torch.manual_seed(0)
-    gen = DecayGenerator(12, 3, grid=grid).double()
+    gen = DecayGenerator(12, 3, token_layout=layout).double()
     x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
     decays = gen(x)
     t = gen.proj(x.unflatten(-1, (3, 4)))  # (B, *grid, heads, n)

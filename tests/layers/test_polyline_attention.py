@@ -3,9 +3,8 @@ import pytest
 import torch
 
 from ppma.layers import PolylineAttention
+from ppma.layers.polyline_attention import ATTENTION_KINDS as KINDS
 from ppma.ops import polyline_mask
-
-KINDS = ("vanilla", "criss_cross", "linear")
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +38,8 @@ def split_v(attn, x):
     return attn.v_proj(x).unflatten(-1, (attn.num_heads, -1)).movedim(-2, 1).flatten(2, -2)
 
 
-def make(kind, grid="2d", mask_form=None, dim=12, heads=3):
-    return PolylineAttention(dim, heads, kind=kind, grid=grid, mask_form=mask_form).double()
+def make(kind, layout="2d", form=None, dim=12, heads=3):
+    return PolylineAttention(dim, heads, kind=kind, token_layout=layout, form=form).double()
 
 
 def rand_x(grid_shape, dim=12, batch=2):
@@ -57,11 +56,11 @@ def test_vanilla_with_all_ones_mask_is_plain_attention():
     torch.testing.assert_close(out, finish(attn, x, plain))
 
 
-@pytest.mark.parametrize("grid,shape", [("2d", (3, 4)), ("2d", (1, 7)), ("3d", (2, 3, 2))])
-def test_vanilla_official_and_paper_forms(grid, shape):
+@pytest.mark.parametrize("layout,shape", [("2d", (3, 4)), ("2d", (1, 7)), ("3d", (2, 3, 2))])
+def test_vanilla_official_and_paper_forms(layout, shape):
     x = rand_x(shape)
     for form in ("official", "paper"):
-        attn = make("vanilla", grid, form)
+        attn = make("vanilla", layout, form)
         out, seen = capture(attn, x)
         logits = seen["q"].flatten(2, -2) @ seen["k"].flatten(2, -2).transpose(-1, -2)
         la, lb, *lg = seen["decays"]
@@ -87,9 +86,9 @@ def dense_axis_attention(logits, log_decay, axis, grid, form):
 
 
 @pytest.mark.parametrize("form", ["official", "paper"])
-@pytest.mark.parametrize("grid,shape", [("2d", (4, 5)), ("3d", (3, 2, 4))])
-def test_criss_cross_equals_dense_line_attention(grid, shape, form):
-    attn = make("criss_cross", grid, form)
+@pytest.mark.parametrize("layout,shape", [("2d", (4, 5)), ("3d", (3, 2, 4))])
+def test_criss_cross_equals_dense_line_attention(layout, shape, form):
+    attn = make("criss_cross", layout, form)
     x = rand_x(shape)
     out, seen = capture(attn, x)
     logits = seen["q"].flatten(2, -2) @ seen["k"].flatten(2, -2).transpose(-1, -2)
@@ -105,9 +104,9 @@ def test_criss_cross_equals_dense_line_attention(grid, shape, form):
     torch.testing.assert_close(out, finish(attn, x, mix @ split_v(attn, x)))
 
 
-@pytest.mark.parametrize("grid,shape", [("2d", (3, 4)), ("2d", (7, 1)), ("3d", (2, 3, 3))])
-def test_linear_equals_materialized_mask_linear_attention(grid, shape):
-    attn = make("linear", grid)
+@pytest.mark.parametrize("layout,shape", [("2d", (3, 4)), ("2d", (7, 1)), ("3d", (2, 3, 3))])
+def test_linear_equals_materialized_mask_linear_attention(layout, shape):
+    attn = make("linear", layout)
     x = rand_x(shape)
     out, seen = capture(attn, x)
     fq, fk = attn.feature_map(seen["q"]).flatten(2, -2), attn.feature_map(seen["k"]).flatten(2, -2)
@@ -128,9 +127,9 @@ def test_3d_with_one_frame_equals_2d(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("grid,shape", [("2d", (3, 5)), ("3d", (2, 3, 4))])
-def test_tap_contract_and_decay_gradients(kind, grid, shape):
-    attn = PolylineAttention(12, 3, kind=kind, grid=grid)
+@pytest.mark.parametrize("layout,shape", [("2d", (3, 5)), ("3d", (2, 3, 4))])
+def test_tap_contract_and_decay_gradients(kind, layout, shape):
+    attn = PolylineAttention(12, 3, kind=kind, token_layout=layout)
     x = torch.randn(2, *shape, 12)
     out, seen = capture(attn, x)
     assert out.shape == x.shape
@@ -138,8 +137,8 @@ def test_tap_contract_and_decay_gradients(kind, grid, shape):
     assert len(seen["decays"]) == len(shape)
     for t in seen["decays"]:
         assert t.dtype == torch.float32 and t.shape == (2, 3, *shape)
-    mask_form = None if kind == "linear" else "official"
-    assert (attn.kind, attn.grid, attn.mask_form, attn.num_heads) == (kind, grid, mask_form, 3)
+    form = None if kind == "linear" else "official"
+    assert (attn.kind, attn.token_layout, attn.form, attn.num_heads) == (kind, layout, form, 3)
     out.square().sum().backward()
     for name in ("dt_bias", "A_log", "proj.weight"):
         grad = attn.decay.get_parameter(name).grad
@@ -160,12 +159,12 @@ def test_autocast_is_finite_and_close(kind, dtype):
 def test_bad_arguments_and_inputs():
     with pytest.raises(ValueError, match="kind"):
         PolylineAttention(8, 2, kind="window")
-    with pytest.raises(ValueError, match="mask_form"):
-        PolylineAttention(8, 2, mask_form="mul")
-    with pytest.raises(ValueError, match="mask_form does not apply to the linear kind"):
-        PolylineAttention(8, 2, kind="linear", mask_form="official")
-    with pytest.raises(ValueError, match="grid"):
-        PolylineAttention(8, 2, grid="4d")
+    with pytest.raises(ValueError, match="form must be one of"):
+        PolylineAttention(8, 2, form="mul")
+    with pytest.raises(ValueError, match="form does not apply to the linear kind"):
+        PolylineAttention(8, 2, kind="linear", form="official")
+    with pytest.raises(ValueError, match="token_layout"):
+        PolylineAttention(8, 2, token_layout="4d")
     attn = PolylineAttention(8, 2)
     with pytest.raises(ValueError, match=r"\(B, H, W, C\)"):
         attn(torch.randn(1, 3, 4, 6))
@@ -173,17 +172,17 @@ def test_bad_arguments_and_inputs():
         attn(torch.randn(1, 2, 3, 4, 8))
 
 
-@pytest.mark.parametrize("grid", ["2d", "3d"])
-def test_linear_kind_through_the_triton_kernel_matches_torch(monkeypatch, grid):
+@pytest.mark.parametrize("layout", ["2d", "3d"])
+def test_linear_kind_through_the_triton_kernel_matches_torch(monkeypatch, layout):
     """The linear kind's scan (channels d*d + d, a permuted view) through the kernel, fwd and bwd."""
     pytest.importorskip("triton", reason="triton is not installed")
     from ppma.kernels.common.runtime import triton_unavailable_reason
 
-    x_shape = (1, 5, 7, 8) if grid == "2d" else (1, 2, 3, 5, 8)
+    x_shape = (1, 5, 7, 8) if layout == "2d" else (1, 2, 3, 5, 8)
     x = torch.randn(x_shape)
     if triton_unavailable_reason(x.device) is not None:
         pytest.skip("Triton cannot run here: set TRITON_INTERPRET=1 (CI does) or use a GPU")
-    attn = PolylineAttention(8, 2, kind="linear", grid=grid).double()
+    attn = PolylineAttention(8, 2, kind="linear", token_layout=layout).double()
     results = {}
     for backend in ("torch", "triton"):
         monkeypatch.setenv("PPMA_BACKEND", backend)

@@ -1,7 +1,8 @@
 """Every detection/segmentation config in mm_configs/ builds its model with consistent channels and
-the release's settings of its family (the recipe tables below), and the families' quick starts
+what its name says (preset, schedule, crop, data set) with a sound recipe, and the families' quick starts
 train one iteration through tools/train.py on generated data. The classification configs are
 tests/mm/test_classification.py's."""
+import re
 from pathlib import Path
 
 import pytest
@@ -21,39 +22,14 @@ CONFIGS = sorted(p for p in CONFIG_ROOT.rglob("*.py") if not {"_base_", "classif
 QUICK = CONFIG_ROOT / "quickstart"
 
 
-def recipe(preset, drop_path, lr, weight_decay, length, **extra):
-    return dict(preset=preset, drop_path=drop_path, lr=lr, weight_decay=weight_decay, length=length, **extra)
-
-
-# name -> the release's settings, checked in the built config. Families without an entry here
-# (PPMA) are checked for their set of recipes only.
-# VMamba (MzeroMiko/VMamba, detection|segmentation/configs/vssm1/): VMamba-T is s1l8 (vmamba_tiny),
-# VMamba-S/B are s2l15; the same drop path for 1x, 3x and UPerNet; 1x single-scale, 3x multi-scale.
-VMAMBA_SIZES = {"tiny": 0.2, "small_s2l15": 0.3, "base_s2l15": 0.6}
-# MILA (LeapLabTHU/MLLA, downstream/*/configs/mlla/); base 3x and tiny/small UPerNet are
-# extrapolated (not released); multi-scale + crop training for 1x and 3x.
-MILA_DROP_PATH = {"1x": (0.1, 0.1, 0.1), "3x": (0.3, 0.3, 0.3), "upernet": (0.2, 0.3, 0.5)}
-SCHEDULES = {"1x": (12, [8, 11]), "3x": (36, [27, 33])}
-RECIPES = {
-    **{f"mask_rcnn_vmamba_{size}_fpn_{sched}_coco": recipe(
-        f"vmamba_{size}", dpr, 1e-4, 0.05, epochs, warmup=1000, milestones=milestones,
-        augment="RandomChoice" if sched == "3x" else "RandomFlip")
-       for sched, (epochs, milestones) in SCHEDULES.items() for size, dpr in VMAMBA_SIZES.items()},
-    **{f"upernet_vmamba_{size}_512x512_160k_ade20k": recipe(f"vmamba_{size}", dpr, 6e-5, 0.01, 160000, warmup=1500)
-       for size, dpr in VMAMBA_SIZES.items()},
-    **{f"mask_rcnn_mila_{size}_fpn_{sched}_coco": recipe(f"mila_{size}", dpr, 1e-4, 0.05, epochs, augment="RandomChoice")
-       for sched, (epochs, _) in SCHEDULES.items() for size, dpr in zip(("tiny", "small", "base"), MILA_DROP_PATH[sched])},
-    **{f"upernet_mila_{size}_512x512_160k_ade20k": recipe(f"mila_{size}", dpr, 6e-5, 0.01, 160000)
-       for size, dpr in zip(("tiny", "small", "base"), MILA_DROP_PATH["upernet"])},
-    # Vim (hustvl/Vim, seg/configs/vim/upernet/ with seg/scripts/ft_vim_*_upernet.sh): layer-wise lr
-    # decay; the hierarchical Mask R-CNN takes PPMA-T's recipe (not released)
-    "upernet_vim_tiny_512x512_60k_ade20k": recipe("vim_tiny", 0.1, 2e-4, 0.1, 60000, layer_decay=0.92),
-    "upernet_vim_small_512x512_60k_ade20k": recipe("vim_small", 0.1, 1e-4, 0.05, 60000, layer_decay=0.956),
-    "mask_rcnn_vim_hier_tiny_fpn_1x_coco": recipe("vim_hier_tiny", 0.1, 1e-4, 0.05, 12, layer_decay=None),
-}
-PPMA_RECIPES = {f"mask_rcnn_ppma_{size}_fpn_{sched}_coco" for size in ("tiny", "small", "base", "linear_tiny")
-                for sched in SCHEDULES} | {f"upernet_ppma_{size}_{data}" for size in ("tiny", "small", "base", "linear_tiny")
-                                           for data in ("512x512_160k_ade20k", "1024x1024_160k_cityscapes")}
+# What a config's name says it is: ``mask_rcnn_<preset>_fpn_<1x|3x>_coco`` or
+# ``upernet_<preset>_<H>x<W>_<N>k_<ade20k|cityscapes>``. The release's hyperparameters (drop
+# path, lr, weight decay, ...) are each config's own, with their source in its comments; the
+# tests check what the name promises and what every recipe must satisfy, not the values again.
+NAME = re.compile(r"(?:mask_rcnn_(?P<det>\w+?)_fpn_(?P<schedule>[13]x)_coco"
+                  r"|upernet_(?P<seg>\w+?)_(?P<h>\d+)x(?P<w>\d+)_(?P<k>\d+)k_(?P<data>ade20k|cityscapes))")
+SCHEDULES = {"1x": (12, [8, 11]), "3x": (36, [27, 33])}  # mmdet's schedules: epochs, lr steps
+DATASETS = {"ade20k": ("ADE20KDataset", 150), "cityscapes": ("CityscapesDataset", 19)}
 # family -> its quick starts (generated data) and the one CI trains for one iteration
 QUICK_STARTS = {
     "ppma": ("mask_rcnn_ppma_micro_fpn_shapes", "upernet_ppma_micro_shapes"),  # trained by test_tools.py
@@ -70,9 +46,14 @@ def family_name(path: Path) -> str:
     return next(f for f in QUICK_STARTS if f"_{f}_" in path.stem)
 
 
-def test_the_recipes_exist():
-    names = {p.stem for p in CONFIGS}
-    assert PPMA_RECIPES | set(RECIPES) | {q for qs in QUICK_STARTS.values() for q in qs} == names
+def test_every_config_name_says_what_it_is():
+    quick = {p.stem for p in CONFIGS if QUICK in p.parents}
+    assert quick == {q for qs in QUICK_STARTS.values() for q in qs}
+    for path in CONFIGS:
+        if path.stem not in quick:
+            match = NAME.fullmatch(path.stem)
+            assert match, f"{path.name}: not mask_rcnn_<preset>_fpn_<1x|3x>_coco or upernet_<preset>_<H>x<W>_<N>k_<data>"
+            family_of(match["det"] or match["seg"])  # a preset of this package
 
 
 def check_output_norms(backbone, cfg):
@@ -90,34 +71,34 @@ def check_plain_vim(backbone, cfg):
 FAMILY_CHECKS = {"ppma": (), "vmamba": (check_output_norms,), "mila": (check_output_norms,), "vim": (check_plain_vim,)}
 
 
-def check_recipe(model, cfg, expected):
-    backbone = model.backbone
-    assert backbone.model_name == expected["preset"]
-    assert cfg.model.backbone.drop_path_rate == expected["drop_path"]
-    assert cfg.model.backbone.init_cfg.type == "Pretrained"
-    assert (cfg.optim_wrapper.optimizer.lr, cfg.optim_wrapper.optimizer.weight_decay) == (
-        expected["lr"], expected["weight_decay"])
-    assert cfg.train_cfg.get("max_epochs", cfg.train_cfg.get("max_iters")) == expected["length"]
-    if "warmup" in expected:
-        assert cfg.param_scheduler[0].end == expected["warmup"]
-    if "milestones" in expected:
-        assert cfg.param_scheduler[1].milestones == expected["milestones"]
-    if "augment" in expected:
-        assert cfg.train_pipeline[3].type == expected["augment"]
-    if "layer_decay" in expected:
-        layer_decay = expected["layer_decay"]
-        assert cfg.optim_wrapper.paramwise_cfg.get("layer_decay_rate") == layer_decay
-        if layer_decay is not None:  # plain Vim: the released sliding-window test and lr per layer
-            lr = expected["lr"]
-            assert cfg.model.test_cfg == dict(mode="slide", crop_size=(512, 512), stride=(341, 341))
-            lrs = {n: g["lr"] for g in build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups
-                   for n in [next(k for k, p in model.named_parameters() if p is g["params"][0])]}
-            assert lrs["backbone.model.blocks.23.norm.weight"] == pytest.approx(lr * layer_decay)
-            assert lrs["backbone.model.stem.proj.weight"] == pytest.approx(lr * layer_decay**25)
-            assert lrs["decode_head.conv_seg.weight"] == lr
-            return
-    if cfg.default_scope == "mmseg":
-        assert cfg.model.test_cfg.mode == "whole"
+def check_recipe(model, cfg, name):
+    """What the name ``name`` (a :data:`NAME` match) promises, and what every recipe satisfies."""
+    assert model.backbone.model_name == (name["det"] or name["seg"])
+    init = cfg.model.backbone.init_cfg  # None: no ImageNet checkpoint released (PPMA's linear kind)
+    assert init is None or (init.type == "Pretrained" and init.checkpoint)
+    assert 0.0 <= cfg.model.backbone.drop_path_rate < 1.0
+    optimizer = cfg.optim_wrapper.optimizer
+    assert optimizer.type == "AdamW" and optimizer.lr > 0 and optimizer.weight_decay >= 0
+    if name["det"]:
+        epochs, milestones = SCHEDULES[name["schedule"]]
+        assert cfg.train_cfg.max_epochs == epochs and cfg.param_scheduler[1].milestones == milestones
+        if name["schedule"] == "3x":  # the 3x schedules train at several scales
+            assert cfg.train_pipeline[3].type == "RandomChoice"
+    else:
+        assert cfg.train_cfg.max_iters == 1000 * int(name["k"])
+        assert tuple(cfg.crop_size) == tuple(cfg.model.data_preprocessor.size) == (int(name["h"]), int(name["w"]))
+        dataset, classes = DATASETS[name["data"]]
+        assert cfg.train_dataloader.dataset.type == dataset and cfg.model.decode_head.num_classes == classes
+    length = cfg.train_cfg.get("max_epochs", cfg.train_cfg.get("max_iters"))
+    assert 0 < cfg.param_scheduler[0].end < (length if cfg.param_scheduler[0].by_epoch else 1000 * length)
+    rate = cfg.optim_wrapper.get("paramwise_cfg", {}).get("layer_decay_rate")
+    if rate is not None:  # plain Vim: block i's lr is lr * rate**(depth - i), the stem's rate**(depth + 1)
+        depth, lr = len(model.backbone.model.blocks), optimizer.lr
+        lrs = {n: g["lr"] for g in build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups
+               for n in [next(k for k, p in model.named_parameters() if p is g["params"][0])]}
+        assert lrs[f"backbone.model.blocks.{depth - 1}.norm.weight"] == pytest.approx(lr * rate)
+        assert lrs["backbone.model.stem.proj.weight"] == pytest.approx(lr * rate ** (depth + 1))
+        assert lrs["decode_head.conv_seg.weight"] == lr
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -144,8 +125,8 @@ def test_config_builds(path):
     else:
         assert cfg.optim_wrapper.constructor == "NoDecayOptimWrapperConstructor"  # asks no_weight_decay()
         assert dict(cfg.optim_wrapper.paramwise_cfg.custom_keys) == {"norm": dict(decay_mult=0.0)}
-    if path.stem in RECIPES:
-        check_recipe(model, cfg, RECIPES[path.stem])
+    if "quickstart" not in path.parts:
+        check_recipe(model, cfg, NAME.fullmatch(path.stem))
     if "tiny" in path.stem or "micro" in path.stem:  # a forward of the backbone on a 64x64 input
         backbone.eval()
         with torch.no_grad():

@@ -1,7 +1,6 @@
 """Whole official dense-prediction checkpoints (mmdet 2.28 Mask R-CNN, mmseg 0.30 UPerNet):
 converted by tools/convert_checkpoint.py --config, they load strictly into the models of our
 configs and give the same outputs; anything that does not fit is named."""
-import importlib.util
 import json
 import sys
 
@@ -12,6 +11,7 @@ pytest.importorskip("mmdet", reason="mmdet is not installed (pip install 'ppma[m
 pytest.importorskip("mmseg", reason="mmseg is not installed (pip install 'ppma[mm]'); CI installs it")
 from mmengine.runner import load_checkpoint  # noqa: E402
 
+from ppma.deploy import convert_checkpoint  # noqa: E402
 from ppma.mm.analysis import build_model, dummy_batch  # noqa: E402
 from ppma.mm.runtime import load_config, replace_sync_bn  # noqa: E402
 
@@ -56,13 +56,6 @@ def official_checkpoint(model, cfg, official_layout):
     return {"state_dict": official, "meta": {"CLASSES": ("circle", "square", "triangle"), "mmdet_version": "2.28.2"}}
 
 
-def load_tool(mm):
-    spec = importlib.util.spec_from_file_location("convert_checkpoint", mm.tools / "convert_checkpoint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def outputs(model, scope):
     torch.manual_seed(torch.initial_seed())
     inputs, samples = dummy_batch(scope, 1, 96, 128)
@@ -76,8 +69,7 @@ def test_whole_official_checkpoint_converts_and_gives_the_same_outputs(mm, task,
     config, cfg = config_of(mm, task)
     released = randomized(build_model(cfg))
     torch.save(official_checkpoint(released, cfg, official_layout), tmp_path / "official.pth")
-    tool = load_tool(mm)
-    assert tool.main([str(tmp_path / "official.pth"), str(tmp_path / "ours.pth"), "--config", str(config)]) == 0
+    assert convert_checkpoint.main([str(tmp_path / "official.pth"), str(tmp_path / "ours.pth"), "--config", str(config)]) == 0
 
     fresh = build_model(cfg)
     load_checkpoint(fresh, str(tmp_path / "ours.pth"), map_location="cpu", strict=True)
@@ -114,7 +106,7 @@ def test_keys_that_do_not_fit_are_named(mm, edit, message, tmp_path, capsys, off
         state["rpn_head.rpn_cls.weight"] = torch.zeros(6, 64, 1, 1)
     torch.save(checkpoint, tmp_path / "official.pth")
     out = tmp_path / "ours.pth"
-    assert load_tool(mm).main([str(tmp_path / "official.pth"), str(out), "--config", str(config)]) == 1
+    assert convert_checkpoint.main([str(tmp_path / "official.pth"), str(out), "--config", str(config)]) == 1
     err = capsys.readouterr().err
     assert message in err, f"seed {torch.initial_seed()}: {err}"
     assert not out.exists()
@@ -123,7 +115,7 @@ def test_keys_that_do_not_fit_are_named(mm, edit, message, tmp_path, capsys, off
 def test_tools_test_evaluates_the_converted_detector(mm, shapes_root, tmp_path, official_layout):
     config, cfg = config_of(mm, "det")
     torch.save(official_checkpoint(randomized(build_model(cfg)), cfg, official_layout), tmp_path / "official.pth")
-    assert load_tool(mm).main([str(tmp_path / "official.pth"), str(tmp_path / "ours.pth"), "--config", str(config)]) == 0
+    assert convert_checkpoint.main([str(tmp_path / "official.pth"), str(tmp_path / "ours.pth"), "--config", str(config)]) == 0
     result = mm.run([sys.executable, mm.tools / "test.py", config, tmp_path / "ours.pth",
                      "--work-dir", tmp_path / "test"], shapes_root)
     assert result.returncode == 0, result.stdout[-6000:]

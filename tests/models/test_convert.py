@@ -1,12 +1,11 @@
 """Official-layout checkpoints: conversion, strictness, timm loading, the converter tool."""
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
 import timm
 import torch
 
+from ppma.deploy import convert_checkpoint
 from ppma.models.family import create_from_checkpoint, family_of
 
 checkpoint_filter_fn = family_of("ppma_tiny").checkpoint_filter_fn
@@ -126,43 +125,33 @@ def test_create_from_checkpoint_names_what_does_not_fit(official_layout):
         create_from_checkpoint("ppma_tiny", state, **cfg)
 
 
-def load_tool():
-    path = Path(__file__).resolve().parents[2] / "tools" / "convert_checkpoint.py"
-    spec = importlib.util.spec_from_file_location("convert_checkpoint", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_convert_tool_writes_loadable_safetensors(tmp_path, capsys, official_layout):
-    tool = load_tool()
     cfg = dict(official_layout.CFG, depths=(2, 2, 8, 2), embed_dims=(64, 128, 256, 512), num_heads=(4, 4, 8, 16),
                mlp_ratios=(3, 3, 3, 3), layerscale=(False,) * 4, num_classes=1000)
     official = official_layout.state_dict(**cfg)
     src, dst = tmp_path / "best.pth", tmp_path / "ppma_tiny.safetensors"
     torch.save({"model": official}, src)
-    assert tool.main([str(src), str(dst), "--model", "ppma_tiny"]) == 0
+    assert convert_checkpoint.main([str(src), str(dst), "--model", "ppma_tiny"]) == 0
     assert "14,335,272 parameters" in capsys.readouterr().out
     model = timm.create_model("ppma_tiny", pretrained=True, pretrained_cfg_overlay=dict(file=str(dst)))
     assert torch.equal(model.head.fc.weight, official["head.weight"])
     del official["layers.3.blocks.1.ffn.fc1.weight"]
     torch.save({"model": official}, src)
-    assert tool.main([str(src), str(dst), "--model", "ppma_tiny"]) == 1
+    assert convert_checkpoint.main([str(src), str(dst), "--model", "ppma_tiny"]) == 1
     assert "stages.3.blocks.1.mlp.fc1.weight" in capsys.readouterr().err
     for args, message in ((["--model", "resnet18"], "not a model of this package"),
                           (["--model", "ppma_nope"], "unknown model 'ppma_nope'"),
                           ([], "one of the arguments --model --config is required"),
                           (["--model", "ppma_tiny", "--config", "x.py"], "not allowed with argument")):
         with pytest.raises(SystemExit):
-            tool.main([str(src), str(dst), *args])
+            convert_checkpoint.main([str(src), str(dst), *args])
         assert message in capsys.readouterr().err
 
 
 def test_convert_tool_takes_any_preset(tmp_path, capsys):
     source = timm.create_model("test_ppma", num_classes=5)
     torch.save({"model": source.state_dict()}, tmp_path / "w.pth")
-    tool = load_tool()
-    assert tool.main([str(tmp_path / "w.pth"), str(tmp_path / "w.safetensors"), "--model", "test_ppma"]) == 0
+    assert convert_checkpoint.main([str(tmp_path / "w.pth"), str(tmp_path / "w.safetensors"), "--model", "test_ppma"]) == 0
     from safetensors.torch import load_file
 
     written = load_file(str(tmp_path / "w.safetensors"))

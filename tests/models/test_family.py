@@ -15,7 +15,6 @@ IDS = [f.name for f in FAMILIES]
 def test_records_are_the_timm_presets_of_the_package():
     ours = sorted(n for n in timm.list_models() if model_entrypoint(n).__module__.startswith("ppma."))
     assert package_models() == ours
-    assert {f.name for f in FAMILIES} == {"ppma", "vmamba", "vim", "vim_hier", "mila"}
     for family in FAMILIES:
         for preset in family.presets:
             assert family_of(preset) is family

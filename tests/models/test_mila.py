@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import ppma  # noqa: F401
-from ppma.layers.mila import (MILAttention, MILABlock, MILADownsample, MILARotaryEmbedding, MILAStem, elu_plus_one,
+from ppma.layers.mila import (MILAAttention, MILABlock, MILADownsample, MILARotaryEmbedding, MILAStem, elu_plus_one,
                               rope_tables)
 from ppma.models.family import create_from_checkpoint, family_of
 from ppma.models.mila import checkpoint_filter_fn, checkpoint_model_kwargs
@@ -361,13 +361,13 @@ def check_against_release(module, release, x, tol=1e-5):
 
 @pytest.mark.parametrize("shape,heads", [((1, 7, 9, 16), 2), ((2, 5, 3, 24), 3), ((3, 4, 4, 8), 1)])
 def test_attention_matches_the_release(shape, heads):
-    attn = perturbed(MILAttention(shape[-1], heads))
+    attn = perturbed(MILAAttention(shape[-1], heads))
     check_against_release(attn, release_attention, torch.rand(shape) * 2 - 0.5)
 
 
 @pytest.mark.parametrize("shape,heads", [((1, 7, 9, 16), 2), ((2, 6, 5, 32), 4)])
 def test_block_matches_the_release(shape, heads):
-    block = perturbed(MILABlock(shape[-1], MILAttention(shape[-1], heads)))
+    block = perturbed(MILABlock(shape[-1], MILAAttention(shape[-1], heads)))
     check_against_release(block, release_block, torch.randn(shape))
 
 

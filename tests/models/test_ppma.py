@@ -58,12 +58,12 @@ def test_frozen_modules_of_a_features_model():
     assert model.frozen_modules(2) == [model.stem, model.stages[0], model.stages[1], model.out_norms["1"]]
 
 
-def test_kind_and_mask_form_overrides_reach_every_layer():
+def test_kind_and_form_overrides_reach_every_layer():
     kinds = ("linear", "criss_cross", "vanilla", "linear")
-    model = timm.create_model("ppma_tiny", **MICRO, attn_kinds=kinds, mask_form="paper")
+    model = timm.create_model("ppma_tiny", **MICRO, attn_kinds=kinds, form="paper")
     attns = [[m for m in stage.modules() if isinstance(m, PolylineAttention)] for stage in model.stages]
     assert [a[0].kind for a in attns] == ["linear", "criss_cross", "vanilla", "linear"]
-    assert all(a.mask_form == (None if a.kind == "linear" else "paper") for stage in attns for a in stage)
+    assert all(a.form == (None if a.kind == "linear" else "paper") for stage in attns for a in stage)
     with torch.device("meta"):
         assert timm.create_model("ppma_small").stages[2].blocks[0].mixer.kind == "criss_cross"
 
@@ -120,7 +120,7 @@ def test_3d_model_features_and_logits():
         _, feats = model.forward_intermediates(x)
     for i, f in enumerate(feats):
         assert f.shape == (1, 16 * 2**i, 3, 16 // 2**i, 24 // 2**i)
-    feats_model = timm.create_model("ppma_linear_tiny", **MICRO, grid="3d", features_only=True).eval()
+    feats_model = timm.create_model("ppma_linear_tiny", **MICRO, token_layout="3d", features_only=True).eval()
     assert feats_model(torch.randn(1, 3, 2, 32, 32))[0].shape == (1, 16, 2, 8, 8)
 
 

@@ -21,15 +21,15 @@ class ChannelMixer(nn.Module):
         return self.fc(x)
 
 
-def tiny(grid="2d", **kwargs):
+def tiny(layout="2d", **kwargs):
     kwargs = dict(dict(embed_dims=(8, 16, 24, 32), depths=(1, 2, 1, 1)), **kwargs)
-    return HierarchicalBackbone([partial(ChannelMixer, layout=grid)] * 4, grid=grid, **kwargs)
+    return HierarchicalBackbone([partial(ChannelMixer, layout=layout)] * 4, token_layout=layout, **kwargs)
 
 
-@pytest.mark.parametrize("grid,shape", [("2d", (2, 3, 40, 72)), ("3d", (1, 3, 2, 33, 64))])
-def test_custom_mixer_backbone(grid, shape):
+@pytest.mark.parametrize("layout,shape", [("2d", (2, 3, 40, 72)), ("3d", (1, 3, 2, 33, 64))])
+def test_custom_mixer_backbone(layout, shape):
     torch.manual_seed(0)
-    model = tiny(grid, num_classes=4, output_norms=(0, 3)).eval()
+    model = tiny(layout, num_classes=4, output_norms=(0, 3)).eval()
     x = torch.randn(shape)
     assert model(x).shape == (shape[0], 4)
     _, feats = model.forward_intermediates(x)
@@ -63,7 +63,7 @@ def test_mixer_must_declare_the_backbone_layout():
     with pytest.raises(ValueError, match="'sequence' tokens .* feeds '2d' tokens"):
         HierarchicalBackbone([partial(ChannelMixer, layout=SEQUENCE)] * 4, embed_dims=(8, 16, 24, 32))
     with pytest.raises(ValueError, match="works on '2d' tokens .* feeds '3d'"):
-        HierarchicalBackbone([ChannelMixer] * 4, embed_dims=(8, 16, 24, 32), grid="3d")
+        HierarchicalBackbone([ChannelMixer] * 4, embed_dims=(8, 16, 24, 32), token_layout="3d")
     with pytest.raises(ValueError, match="Linear must declare token_layout"):
         HierarchicalBackbone([lambda dim: nn.Linear(dim, dim)] * 4, embed_dims=(8, 16, 24, 32))
 
@@ -79,17 +79,17 @@ def test_frozen_modules():
         model.frozen_modules(5)
 
 
-@pytest.mark.parametrize("grid,shape", [("2d", (1, 3, 36, 44)), ("3d", (1, 3, 2, 33, 40))])
-def test_global_pool_off_gives_unpooled_maps(grid, shape):
+@pytest.mark.parametrize("layout,shape", [("2d", (1, 3, 36, 44)), ("3d", (1, 3, 2, 33, 40))])
+def test_global_pool_off_gives_unpooled_maps(layout, shape):
     torch.manual_seed(0)
-    model = tiny(grid, num_classes=5).eval()
+    model = tiny(layout, num_classes=5).eval()
     x = torch.randn(shape)
     pooled = model.forward_head(model.forward_features(x), pre_logits=True)
     model.reset_classifier(0, "")
     maps = model(x)
     assert maps.shape == (1, model.head_hidden_size, *shape[2:-2], 2, 2)
     torch.testing.assert_close(maps.flatten(2).mean(-1), pooled, msg="seed 0")
-    unpooled = tiny(grid, num_classes=0, global_pool="")
+    unpooled = tiny(layout, num_classes=0, global_pool="")
     assert unpooled.eval()(x).shape == maps.shape
     with pytest.raises(ValueError, match="global_pool"):
         model.reset_classifier(0, "max")

@@ -1,12 +1,7 @@
 """tools/profile_models.py --compare: models timed against each other, their runs interleaved."""
-import importlib.util
 import re
-from pathlib import Path
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "profile_models.py"
-spec = importlib.util.spec_from_file_location("profile_models", TOOL)
-profile_models = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(profile_models)
+from ppma.bench import profile_models
 
 
 def test_compare_interleaves_every_model_and_backend(monkeypatch, capsys):

@@ -1,6 +1,5 @@
-"""tools/validate.py: top-k arithmetic, a run on a generated ImageFolder (fp32 and autocast), and
+"""tools/validate.py (:mod:`ppma.bench.validate`): top-k arithmetic, a run on a generated ImageFolder (fp32 and autocast), and
 one-line errors for bad inputs."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,15 +12,13 @@ from torch import nn
 import ppma  # noqa: F401  (registers the presets)
 
 Image = pytest.importorskip("PIL.Image", reason="pillow is not installed")
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "validate.py"
 
 
 @pytest.fixture(scope="module")
 def validate():
-    spec = importlib.util.spec_from_file_location("tool_validate", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from ppma.bench import validate
+
+    return validate
 
 
 def image_folder(root: Path, classes: int, per_class: int = 2, size: int = 40) -> Path:

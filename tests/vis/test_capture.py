@@ -47,7 +47,7 @@ def test_capture_of_the_3d_model(micro_model):
     model = micro_model(("criss_cross", "vanilla", "linear", "vanilla"), name="ppma_tiny_3d")
     _, records = _forward(model, torch.randn(1, 3, 3, 32, 40))
     rec = records["stages.0.blocks.0.mixer"]
-    assert rec.grid == "3d" and rec.grid_shape == (3, 8, 10)
+    assert rec.token_layout == "3d" and rec.grid_shape == (3, 8, 10)
     assert rec.log_gamma.shape == rec.log_alpha.shape == (1, 1, 3, 8, 10)
     for rec in records.values():
         query = tuple(s // 2 for s in rec.grid_shape)

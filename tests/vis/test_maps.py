@@ -51,7 +51,7 @@ def test_both_mask_row_peaks_at_the_query_and_is_symmetric():
 
 
 @pytest.mark.parametrize(
-    "kind, grid, shape, mask_form",
+    "kind, layout, shape, form",
     [
         ("vanilla", "2d", (5, 7), "official"),
         ("vanilla", "2d", (7, 5), "paper"),
@@ -63,8 +63,8 @@ def test_both_mask_row_peaks_at_the_query_and_is_symmetric():
         ("linear", "3d", (3, 4, 5), None),
     ],
 )
-def test_attention_row_equals_the_layers_attention(kind, grid, shape, mask_form, dense_oracle):
-    layer = PolylineAttention(32, 2, kind=kind, grid=grid, mask_form=mask_form).eval()
+def test_attention_row_equals_the_layers_attention(kind, layout, shape, form, dense_oracle):
+    layer = PolylineAttention(32, 2, kind=kind, token_layout=layout, form=form).eval()
     with torch.no_grad():  # decays far from 1 so that a wrong mask shows
         layer.decay.A_log.uniform_(0.0, 1.0)
         layer.decay.dt_bias.uniform_(-0.5, 0.5)
@@ -79,7 +79,7 @@ def test_attention_row_equals_the_layers_attention(kind, grid, shape, mask_form,
         row = attention_row(rec, query, masked=True)
         assert row.shape == (1, 2, *shape)
         torch.testing.assert_close(row.flatten(2), dense[:, :, _flat(query, shape)], rtol=1e-4, atol=1e-6)
-        if mask_form == "official":
+        if form == "official":
             torch.testing.assert_close(row.flatten(2).sum(-1), torch.ones(1, 2))
     plain = attention_row(rec, tuple(s // 2 for s in shape), masked=False)
     torch.testing.assert_close(plain.flatten(2).sum(-1), torch.ones(1, 2))
