@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import threading
 
 import torch
 from torch import nn
@@ -53,6 +54,26 @@ def _written_bytes(out) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
+def _run_outside(func, args, kwargs):
+    """``func(*args, **kwargs)`` in a fresh thread: a custom op's body (``torch.func`` transforms
+    included, which fail under a Python dispatch mode) runs with none of this thread's modes."""
+    result, grad_enabled = {}, torch.is_grad_enabled()
+
+    def run():
+        try:
+            with torch.set_grad_enabled(grad_enabled):
+                result["out"] = func(*args, **(kwargs or {}))
+        except BaseException as err:  # re-raised in the caller's thread
+            result["error"] = err
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["out"]
+
+
 class OpCounter(TorchDispatchMode):
     """Counts the aten ops dispatched inside it (``by_op``, ``kernel_ops``, ``copies``, ``copied_bytes``)."""
 
@@ -62,7 +83,7 @@ class OpCounter(TorchDispatchMode):
         self.kernel_ops = self.copies = self.copied_bytes = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {})) if func.namespace == "aten" else _run_outside(func, args, kwargs)
         name = func.name().split(".")[0]
         self.by_op[name] += 1
         if not func.is_view and name not in NO_KERNEL_OPS:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 from torch import nn
 
-from .conv import GridDepthwiseConv
+from .conv import GridDepthwiseConv, add_to_conv_output
 from .layout import GRID_2D
 from .paths import paths_for
 
@@ -174,7 +174,7 @@ def conv_plus_identity(conv: GridDepthwiseConv, x: torch.Tensor) -> torch.Tensor
     with ``conv``'s kernel plus 1 at its centre where :func:`~ppma.layers.paths.paths_for` folds
     residuals, else a conv and an add."""
     if not paths_for(x.device).fold_conv_residual:
-        return x + conv(x)  # out of place: an in-place add on the conv's permuted view costs a copy in the backward
+        return add_to_conv_output(conv(x), x)
     r = conv.kernel_size[0] // 2
     weight = conv.weight + F.pad(conv.weight.new_ones(conv.weight.shape[0], 1, 1, 1), (r, r, r, r))
     return conv._conv_forward(x.permute(0, 3, 1, 2), weight, conv.bias).permute(0, 2, 3, 1)

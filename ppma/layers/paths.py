@@ -16,6 +16,9 @@ parameters (tests compare them on random inputs), so checkpoints and outputs do 
 - ``fold_conv_residual``: ``x + dwconv(x)`` as one depthwise conv with 1 added at its kernel's
   centre rather than a conv and an add.
 - ``channels_last_stem``: stem convs on channels-last maps rather than NCHW.
+- ``update_views_in_place``: residuals added into a conv's permuted output view in place rather than
+  into a new tensor (under autograd, an in-place update of a view costs a copy of its base in the
+  backward).
 
 Eval-mode BatchNorms are folded into their convs on every device (no batch statistics to keep).
 """
@@ -36,12 +39,13 @@ class LayerPaths:
     conv1x1_as_linear: bool
     fold_conv_residual: bool
     channels_last_stem: bool
+    update_views_in_place: bool
 
 
 CPU_PATHS = LayerPaths(qk_channels_first=True, conv1x1_as_linear=True, fold_conv_residual=True,
-                       channels_last_stem=True)
+                       channels_last_stem=True, update_views_in_place=True)
 GPU_PATHS = LayerPaths(qk_channels_first=False, conv1x1_as_linear=False, fold_conv_residual=False,
-                       channels_last_stem=False)
+                       channels_last_stem=False, update_views_in_place=False)
 PATHS = {"cpu": CPU_PATHS, "gpu": GPU_PATHS}
 
 _forced = threading.local()

@@ -7,7 +7,7 @@ from torch import nn
 from ppma.ops import polyline_attention, polyline_linear_attention
 from ppma.ops.polyline_attention import FORMS as MASK_FORMS
 
-from .conv import GridDepthwiseConv
+from .conv import GridDepthwiseConv, add_to_conv_output
 from .decay import GRIDS, DecayGenerator
 from .rope import RasterRotaryEmbedding
 
@@ -135,8 +135,8 @@ class PolylineAttention(nn.Module):
         else:
             out = polyline_attention(q, k, v, log_alpha, log_beta, log_gamma, kind=self.kind, form=self.mask_form)
         # the heads merged by the sum with lepe, which lays them out as lepe (B, *grid, heads, d):
-        # added into lepe, the conv's fresh output
-        out = lepe.unflatten(-1, (self.num_heads, self.head_dim)).add_(out.movedim(1, -2))
+        # added into lepe, the conv's fresh output, in CPU inference
+        out = add_to_conv_output(lepe.unflatten(-1, (self.num_heads, self.head_dim)), out.movedim(1, -2))
         return self.out_proj(out.flatten(-2))
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
