@@ -89,11 +89,17 @@ def rope_phases(height: int, width: int, dim: int, base: float, device: torch.de
 def rotate_channels_last(x: torch.Tensor, height: int, width: int, dim: int, base: float) -> torch.Tensor:
     """:class:`MILARotaryEmbedding` on channels-last tokens ``x`` ``(B, N, ..., dim)`` (``N = height *
     width``; any dims between ``N`` and the channels share the rotation) -> fp32, same shape: the
-    channel pairs as complex numbers times the phases, one multiply."""
+    channel pairs as complex numbers times the phases, one multiply (under ``torch.compile``, whose
+    Inductor generates no code for complex numbers, the same in real arithmetic, fused there)."""
+    pairs = x.float().unflatten(-1, (-1, 2))  # (B, N, ..., dim/2, 2)
+    between = [1] * (x.dim() - 3)
+    if torch.compiler.is_compiling():
+        rotations = rope_rotations(height, width, dim, base, x.device).view(height * width, *between, dim // 2, 2)
+        cos, sin, re, im = rotations[..., 0], rotations[..., 1], pairs[..., 0], pairs[..., 1]
+        return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2)
     phases = rope_phases(height, width, dim, base, x.device)  # (N, dim/2)
-    phases = phases.view(phases.shape[0], *([1] * (x.dim() - 3)), phases.shape[1])
-    pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
-    return torch.view_as_real(pairs * phases).flatten(-2)
+    phases = phases.view(phases.shape[0], *between, phases.shape[1])
+    return torch.view_as_real(torch.view_as_complex(pairs) * phases).flatten(-2)
 
 
 def rotate_channels_first(x: torch.Tensor, dim: int, base: float) -> torch.Tensor:
