@@ -11,8 +11,11 @@ The released model's parts, on channels-last grids ``(B, H, W, C)`` of any size:
 Module names follow the release (``cpe1``, ``in_proj``, ``act_proj``, ``dwc``, ``attn.qk``,
 ``attn.lepe``, ...), so that official checkpoints map onto them by path.
 
-The arithmetic is the release's, arranged for fewer passes over memory (on the CPU these
-narrow layers spend more time in elementwise passes and fresh allocations than in FLOPs): ``q``
+The arithmetic is the release's, in two arrangements that :mod:`ppma.layers.paths` chooses
+between. Training and GPUs take the released layout (channels-last ``q, k`` from one linear map,
+1x1 convs, residuals added), with no in-place update of a view (which autograd copies back whole).
+CPU inference is arranged for fewer passes over memory (on the CPU these narrow layers spend
+more time in elementwise passes and fresh allocations than in FLOPs): ``q``
 and ``k`` channels-first ``(B, C, N)``, where the rotary pairs are rows and every per-head product
 is a batched matmul without copies; the rotary angles cached per grid; ``elu + 1`` through the
 vectorized ``exp``; the residual of each positional conv folded into its kernel; eval-mode
@@ -230,9 +233,10 @@ class MILAttention(nn.Module):
 
     (the normaliser uses the un-rotated ``q, k``; ``lepe`` is a 3x3 depthwise conv).
 
-    ``q`` and ``k`` are computed channels-first, ``(B, C, N)``: each head is then a contiguous
-    ``(d, N)`` block, so the products over heads are batched matmuls without copies (only ``v``
-    is gathered per head), and ``1 / N`` goes into the ``N`` normalisers rather than ``k`` and ``v``.
+    In CPU inference ``q`` and ``k`` are computed channels-first, ``(B, C, N)``: each head is then a
+    contiguous ``(d, N)`` block, so the products over heads are batched matmuls without copies (only
+    ``v`` is gathered per head); elsewhere (:mod:`ppma.layers.paths`) as released, channels-last.
+    Either way ``1 / N`` goes into the ``N`` normalisers rather than ``k`` and ``v``.
 
     Forward: ``(B, H, W, C)`` -> ``(B, H, W, C)``.
     """
