@@ -63,7 +63,7 @@ def _run_outside(func, args, kwargs):
         try:
             with torch.set_grad_enabled(grad_enabled):
                 result["out"] = func(*args, **(kwargs or {}))
-        except BaseException as err:  # re-raised in the caller's thread
+        except Exception as err:  # re-raised in the caller's thread
             result["error"] = err
 
     worker = threading.Thread(target=run)

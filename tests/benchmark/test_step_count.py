@@ -37,7 +37,6 @@ def test_training_step_counts_are_pinned(name, monkeypatch):
     torch.manual_seed(0)
     model = timm.create_model(name)
     count = count_training_step(model, torch.randn(2, 3, 64, 64))
-    ops, kernel_ops, copies, mib = PINNED[name]
     got = (count.ops, count.kernel_ops, count.copies, count.copied_bytes / 2**20)
     for what, pinned, value in zip(("ops", "kernel ops", "copies", "MiB copied"), PINNED[name], got):
         assert abs(value - pinned) <= 0.1 * pinned + 0.05, f"{name}: {what} {value} per step, pinned {pinned}"

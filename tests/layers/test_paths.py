@@ -44,6 +44,5 @@ def test_paths_follow_device_and_grad_mode():
         with use_paths_of("cuda"):
             assert paths_for("cpu") is GPU_PATHS
         assert paths_for("cpu") is CPU_PATHS
-    with pytest.raises(ValueError, match="unknown device kind 'tpu'"):
-        with use_paths_of("tpu"):
-            pass
+    with pytest.raises(ValueError, match="unknown device kind 'tpu'"), use_paths_of("tpu"):
+        pass
