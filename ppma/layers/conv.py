@@ -36,7 +36,15 @@ def add_to_conv_output(out: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 def channels_last_weight(conv: nn.Conv2d) -> nn.Conv2d:
     """``conv`` with its weight stored channels-last (same values, same parameter), the layout in
     which its gradient comes from channels-last inputs: else autograd copies every step's gradient
-    into the weight's layout. For convs that read permuted ``(B, H, W, C)`` grids."""
+    into the weight's layout. For convs that read permuted ``(B, H, W, C)`` grids. Its state dict
+    holds the weight contiguous, as any other (checkpoints and ``safetensors`` files unchanged)."""
     with torch.no_grad():
         conv.weight.set_(conv.weight.contiguous(memory_format=torch.channels_last))
+    conv.register_state_dict_post_hook(_contiguous_weight_in_state_dict)
     return conv
+
+
+def _contiguous_weight_in_state_dict(module, state_dict, prefix, local_metadata) -> None:
+    key = prefix + "weight"
+    if key in state_dict:
+        state_dict[key] = state_dict[key].contiguous()
