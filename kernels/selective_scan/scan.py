@@ -41,9 +41,7 @@ from ..common.strided import pow2
 TILE_ELEMENTS = 2048
 # Registers: a configuration may run a tile when its fp32 (BLOCK_D, max(BLOCK_N, 2), BLOCK_T) array
 # takes at most this many elements per thread (N = 1 counts as 2: its (BLOCK_D, BLOCK_T) arrays
-# are as large as the 3-D ones, and there are more of them). Set from ptxas -v for sm_90: at these
-# budgets the configurations compile without spills, but for a few where ptxas keeps 4 to 12 bytes
-# of loop invariants in local memory.
+# are as large as the 3-D ones, and there are more of them). Set from ptxas -v for sm_90.
 FWD_ELEMENTS_PER_THREAD = 16
 BWD_ELEMENTS_PER_THREAD = 8
 # Backward: aim for this many programs (batch x groups x channel slices) to fill the GPU.
@@ -52,14 +50,16 @@ BWD_PROGRAMS = 1024
 SLICE_MULTIPLE = 32
 
 
-def _configs(block_ds: tuple[int, ...]) -> list[triton.Config]:
-    return [triton.Config({"BLOCK_D": bd}, num_warps=w, num_stages=1) for bd in block_ds for w in (4, 8)]
+def _configs(block_ds: tuple[int, ...], maxnreg: int | None = None) -> list[triton.Config]:
+    return [triton.Config({"BLOCK_D": bd}, num_warps=w, num_stages=1, maxnreg=maxnreg)
+            for bd in block_ds for w in (4, 8)]
 
 
 # Wide channel blocks are for short tiles, e.g. the routes' (channels-last maps: the channel axis
-# is the contiguous one there).
+# is the contiguous one there). The backward may take every register: with Triton's ptxas options
+# (--regAllocOptLevel=2) it otherwise stops near 128 and spills.
 FWD_CONFIGS = _configs((2, 1, 4, 8, 16, 32))
-BWD_CONFIGS = _configs((1, 2, 4, 8, 16, 32))
+BWD_CONFIGS = _configs((1, 2, 4, 8, 16, 32), maxnreg=255)
 
 
 def _elements_per_thread(config: triton.Config, block_n: int, block_t: int) -> float:
@@ -548,5 +548,6 @@ def compile_cases() -> list[tuning.CompileCase]:
                         block_t = _largest_tile(config, block_n, prune_budget, elements)
                         cases.append(tuning.CompileCase(
                             tuning.row_name(tuned.tuning.kernel_id, variant, config), tuned.fn, signature,
-                            dict(launch, BLOCK_T=block_t, **config.kwargs), config.num_warps, config.num_stages))
+                            dict(launch, BLOCK_T=block_t, **config.kwargs), config.num_warps, config.num_stages,
+                            {"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return cases

@@ -3,7 +3,8 @@ shared memory within 101,376 bytes (the least of the supported GPUs'), and vecto
 contiguous axis.
 
 ``triton.compile`` with an explicit target runs Triton's bundled ``ptxas`` on this CPU machine;
-``ptxas -v`` (Triton's own flags) reports registers and spills. The cases are the ones
+``ptxas -v`` with Triton's options (``tools/kernel_resources.py``'s ``ptxas_usage``) reports
+registers and spills. The cases are the ones
 ``compile_cases()`` lists (every configuration; the resource table compiles them all), a few
 here: bf16, forward and backward, the first configuration (the one the interpreter runs) with
 ``N`` of 1 and 16 on sequences, the first 16 channels wide on VMamba's routes (``N = 1``); sm_90
@@ -18,18 +19,23 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
 
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
 SCRIPT = r"""
-import json, re, subprocess, sys, tempfile
+import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource
 from ppma.kernels.selective_scan import compile_cases
+
+sys.path.insert(0, sys.argv[1])
+from kernel_resources import ptxas_usage  # ptxas -v with Triton's options
 
 UNALIGNED = ("N", "G", "n_tiles", "height", "width")  # sizes not multiples of 16 in general
 picked = {}
@@ -40,8 +46,6 @@ for case in compile_cases():  # bf16; the first configuration (the routes: the f
         picked.setdefault((kernel, variant), case)
 out = {}
 for arch, keys in ((90, list(picked)), (80, [k for k in picked if k[1] == "bf16 N<=1"])):
-    ptxas = get_ptxas(arch)
-    ptxas = getattr(ptxas, "path", None) or ptxas[0]
     for case in (picked[k] for k in keys):
         signature = dict(case.signature, **{k: "constexpr" for k in case.constexprs})
         attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(case.kernel.arg_names)
@@ -49,17 +53,11 @@ for arch, keys in ((90, list(picked)), (80, [k for k in picked if k[1] == "bf16 
         compiled = triton.compile(ASTSource(fn=case.kernel, signature=signature, constexprs=case.constexprs,
                                             attrs=attrs),
                                   target=GPUTarget("cuda", arch, 32),
-                                  options=dict(num_warps=case.num_warps, num_stages=case.num_stages))
+                                  options=dict(num_warps=case.num_warps, num_stages=case.num_stages, **case.options))
         ptx = compiled.asm["ptx"]
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(ptx)
-        gpu = f"sm_{arch}a" if arch == 90 else f"sm_{arch}"
-        log = subprocess.run([ptxas, "-lineinfo", "-v", f"--gpu-name={gpu}", f.name, "-o", f.name + ".o"],
-                             capture_output=True, text=True, check=True).stderr
+        registers, spills = ptxas_usage(ptx, arch)
         out[f"sm_{arch} | {case.name} | BLOCK_T={case.constexprs['BLOCK_T']}"] = dict(
-            registers=int(re.search(r"Used (\d+) registers", log).group(1)),
-            spills=int(re.search(r"(\d+) bytes spill stores", log).group(1)),
-            shared=compiled.metadata.shared,
+            registers=registers, spills=spills, shared=compiled.metadata.shared,
             vector_loads=len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]\.", ptx)),
             scalar_16bit_loads=len(re.findall(r"ld\.global(?:\.\w+)*\.[bu]16", ptx)),
         )
@@ -70,7 +68,8 @@ json.dump(out, sys.stdout)
 @pytest.fixture(scope="module")
 def resources():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(TOOLS)], env=env, capture_output=True, text=True,
+                          timeout=900)
     if proc.returncode != 0 and "No module named 'triton.backends.nvidia" in proc.stderr:
         pytest.skip("this Triton build has no NVIDIA backend")
     assert proc.returncode == 0, proc.stderr[-4000:]
