@@ -90,10 +90,10 @@ def _fused_kernel_bytes(shape, itemsize, config, tensors_in, tensors_out, states
 
 def kernel_bytes(shape, itemsize, backward):
     """Bytes the fused kernels move for one forward (and backward), with the tilings chosen."""
-    forward = _fused_kernel_bytes(shape, itemsize, plane_scan._plane_fwd.best_config, 1, 1, 2)
+    forward = _fused_kernel_bytes(shape, itemsize, plane_scan._plane_fwd_kernel.best_config, 1, 1, 2)
     if not backward:
         return forward
-    grads_config = plane_scan._plane_bwd.best_config
+    grads_config = plane_scan._plane_bwd_kernel.best_config
     tokens, blocks = shape[0] * shape[1] * shape[2] * shape[3], -(-shape[4] // grads_config.kwargs["BLOCK_C"])
     partial_sums = 2 * 4 * tokens * (2 * blocks + 3)  # written, read by torch.sum, summed, copied out
     decay_grads = _fused_kernel_bytes(shape, itemsize, grads_config, 2, 0, 4) + partial_sums

@@ -35,6 +35,8 @@ element at a time), see :func:`_scan`.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -62,18 +64,32 @@ FWD_CONFIGS = _configs([(8, 16, 8), (8, 8, 8), (4, 16, 8), (4, 8, 8), (4, 8, 4),
 BWD_CONFIGS = _configs([(4, 16, 4), (4, 8, 4), (4, 8, 8), (2, 8, 4), (2, 8, 8), (1, 8, 8), (1, 4, 4)])
 
 
-def _prune(per_thread):
-    """Configurations whose tile fits ``per_thread`` elements a thread and has no more channels
-    than needed (at least one configuration is kept: the smallest tile)."""
+def _register_fit(per_thread, configs, nargs, **launch):
+    """``early_config_prune`` of the kernels (:func:`tuning.autotune`'s ``prune``): the
+    configurations whose tile fills half to all of ``per_thread`` elements a thread at the
+    launch's ``BLOCK_W`` (smaller tiles move more carried state) with no more channels than
+    needed; else the largest that fits, else the smallest."""
+    args = {**nargs, **launch}
 
-    def prune(configs, named_args, **kwargs):
-        block_w, channels = kwargs["BLOCK_W"], named_args["C"]
-        fits = [c for c in configs
-                if c.kwargs["TILE_H"] * block_w * c.kwargs["BLOCK_C"] <= per_thread * 32 * c.num_warps
-                and c.kwargs["BLOCK_C"] <= max(pow2(channels), 4)]
-        return fits or [min(configs, key=lambda c: c.kwargs["TILE_H"] * c.kwargs["BLOCK_C"] / c.num_warps)]
+    def per_thread_of(c):
+        return c.kwargs["TILE_H"] * args["BLOCK_W"] * c.kwargs["BLOCK_C"] / (32 * c.num_warps)
 
-    return {"early_config_prune": prune}
+    fit = [c for c in configs if per_thread_of(c) <= per_thread and c.kwargs["BLOCK_C"] <= max(pow2(args["C"]), 4)]
+    full = [c for c in fit if per_thread_of(c) >= per_thread / 2]
+    return full or sorted(fit, key=per_thread_of)[-1:] or [min(configs, key=per_thread_of)]
+
+
+def _launchable(kernel, per_thread: int, block_w: int, channels: int):
+    """The configurations a launch of ``kernel`` may run (the interpreter's single one, or
+    :func:`_register_fit`'s)."""
+    if len(kernel.configs) == 1:
+        return kernel.configs
+    return _register_fit(per_thread, kernel.configs, {"C": channels}, BLOCK_W=block_w)
+
+
+def _variant(args) -> str:
+    """``'bf16 acc fp32 V2H=True H2V=True BLOCK_W=64'``: a launch's dtypes and constexprs."""
+    return f"{args['x_ptr'][1:]} acc {args['ACC']} V2H={args['V2H']} H2V={args['H2V']} BLOCK_W={args['BLOCK_W']}"
 
 
 @triton.jit
@@ -171,6 +187,8 @@ def _decays(ptr, base, rows, cols, s_row, s_col, H, W, ACC: tl.constexpr):
     return log, tl.where(inside, tl.exp(log), 0.0)
 
 
+@tuning.autotune(FWD_CONFIGS, key=["H", "W", "C"], variant=_variant,
+                 prune=functools.partial(_register_fit, FWD_ELEMENTS_PER_THREAD))
 @triton.jit
 def _plane_fwd_kernel(
     x_ptr, la_ptr, lb_ptr, y_ptr, carry_ptr,
@@ -252,6 +270,8 @@ def _edge_grad(h_u, x_u, u, h_g, x_g, g):
     return tl.sum(x_g * (h_u - u) + (h_g - g) * x_u, axis=2)
 
 
+@tuning.autotune(BWD_CONFIGS, key=["H", "W", "C"], variant=_variant,
+                 prune=functools.partial(_register_fit, BWD_ELEMENTS_PER_THREAD))
 @triton.jit
 def _plane_bwd_kernel(
     x_ptr, g_ptr, la_ptr, lb_ptr, dla_ptr, dlb_ptr, carry_ptr,
@@ -356,11 +376,6 @@ def _plane_bwd_kernel(
         tl.store(dlb_ptr + offs, grad_b, mask=inside)
 
 
-_plane_fwd = tuning.autotune(FWD_CONFIGS, key=["H", "W", "C", "V2H", "H2V"],
-                             prune_configs_by=_prune(FWD_ELEMENTS_PER_THREAD))(_plane_fwd_kernel)
-_plane_bwd = tuning.autotune(BWD_CONFIGS, key=["H", "W", "C", "V2H", "H2V"],
-                             prune_configs_by=_prune(BWD_ELEMENTS_PER_THREAD))(_plane_bwd_kernel)
-
 ORDERS = {"v2h": (True, False), "h2v": (False, True), "both": (True, True)}
 
 
@@ -389,12 +404,13 @@ def forward(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, or
     y = decay_scan._buffer(x, x.dtype)
     if x.numel() == 0:
         return y
-    carry = decay_scan._buffer(x, acc, (_scratch_elements(_plane_fwd.configs, batch * heads, H, W, C, v2h + h2v),))
+    configs = _launchable(_plane_fwd_kernel, FWD_ELEMENTS_PER_THREAD, pow2(W), C)
+    carry = decay_scan._buffer(x, acc, (_scratch_elements(configs, batch * heads, H, W, C, v2h + h2v),))
 
     def grid(meta):
         return triton.cdiv(C, meta["BLOCK_C"]), batch * heads
 
-    _plane_fwd[grid](
+    _plane_fwd_kernel[grid](
         x, log_alpha, log_beta, y, carry, heads, H, W, C,
         *_strides(x), *_strides(log_alpha), *_strides(log_beta), *_strides(y),
         V2H=v2h, H2V=h2v, ACC=tl_dtype(acc), BLOCK_W=pow2(W), INTERPRET=interpreted(),
@@ -409,52 +425,42 @@ def decay_grads(x: torch.Tensor, grad: torch.Tensor, log_alpha: torch.Tensor, lo
     v2h, h2v = ORDERS[order]
     batch, heads, H, W, C = x.shape
     acc = accumulation_dtype(x)
-    n_cblocks = max(triton.cdiv(C, c.kwargs["BLOCK_C"]) for c in _plane_bwd.configs)
+    configs = _launchable(_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, pow2(W), C)
+    n_cblocks = max(triton.cdiv(C, c.kwargs["BLOCK_C"]) for c in configs)
     partial = [decay_scan._buffer(x, acc, (n_cblocks, batch * heads, H, W)) for _ in range(2)]
     if x.numel() == 0:
         return tuple(torch.zeros_like(d) for d in (log_alpha, log_beta))
-    carry = decay_scan._buffer(x, acc, (_scratch_elements(_plane_bwd.configs, batch * heads, H, W, C, 2 * (v2h + h2v)),))
+    carry = decay_scan._buffer(x, acc, (_scratch_elements(configs, batch * heads, H, W, C, 2 * (v2h + h2v)),))
 
     def grid(meta):
         return triton.cdiv(C, meta["BLOCK_C"]), batch * heads
 
-    _plane_bwd[grid](
+    _plane_bwd_kernel[grid](
         x, grad, log_alpha, log_beta, *partial, carry, heads, H, W, C,
         *_strides(x), *_strides(grad), *_strides(log_alpha), *_strides(log_beta),
         V2H=v2h, H2V=h2v, ACC=tl_dtype(acc), BLOCK_W=pow2(W), INTERPRET=interpreted(),
     )
-    used = triton.cdiv(C, _plane_bwd.best_config.kwargs["BLOCK_C"])
+    used = triton.cdiv(C, _plane_bwd_kernel.best_config.kwargs["BLOCK_C"])
     return tuple(torch.empty_like(d).copy_(p[:used].sum(0).view(d.shape))
                  for p, d in zip(partial, (log_alpha, log_beta)))
 
 
-def _signature(kernel, dtype: str, io: tuple[str, ...]) -> dict[str, str]:
-    """Triton types of ``kernel``'s arguments: ``dtype`` pointers for ``io``, fp32 for the other
-    pointers, ``i32`` for the sizes and strides."""
-    return {name: (dtype if name in io else "*fp32") if name.endswith("_ptr") else "i32"
-            for name, p in zip(kernel.arg_names, kernel.params) if not p.is_constexpr}
-
-
 def compile_cases() -> list[tuning.CompileCase]:
     """Every configuration of both kernels, order ``'both'`` (the most registers), at the widest
-    rows its pruning admits, in fp32, fp16 and bf16 (the launcher prunes each configuration to
-    these rows)."""
+    rows its register budget admits (:func:`_register_fit`), in fp32, fp16 and bf16."""
     cases = []
-    for kernel, configs, per_thread, io in [
-        (_plane_fwd_kernel, FWD_CONFIGS, FWD_ELEMENTS_PER_THREAD, ("x_ptr", "y_ptr")),
-        (_plane_bwd_kernel, BWD_CONFIGS, BWD_ELEMENTS_PER_THREAD, ("x_ptr", "g_ptr")),
-    ]:
-        for config in configs:
+    for tuned, per_thread, io in [(_plane_fwd_kernel, FWD_ELEMENTS_PER_THREAD, ("x_ptr", "y_ptr")),
+                                  (_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, ("x_ptr", "g_ptr"))]:
+        for config in tuned.tuning.configs:
             tile_h, block_c = config.kwargs["TILE_H"], config.kwargs["BLOCK_C"]
             block_w = min(MAX_BLOCK_W, pow2(per_thread * 32 * config.num_warps // (tile_h * block_c) + 1) // 2)
             for dtype in ("fp32", "fp16", "bf16"):
-                cases.append(tuning.CompileCase(
-                    name=f"{kernel.__name__}[{dtype}, TILE_H={tile_h}, BLOCK_W={block_w}, BLOCK_C={block_c}]",
-                    kernel=kernel,
-                    signature=_signature(kernel, f"*{dtype}", io),
-                    constexprs={"V2H": True, "H2V": True, "ACC": tl.float32, "BLOCK_W": block_w,
-                                "INTERPRET": False, "TILE_H": tile_h, "BLOCK_C": block_c},
-                    num_warps=config.num_warps,
-                    num_stages=config.num_stages,
-                ))
+                pointers = {name: f"*{dtype}" if name in io else "*fp32" for name in tuned.arg_names
+                            if name.endswith("_ptr")}
+                signature = tuning.signature(tuned, pointers)
+                constexprs = {"V2H": True, "H2V": True, "ACC": tl.float32, "BLOCK_W": block_w, "INTERPRET": False}
+                variant = tuned.tuning.variant({**signature, **constexprs})
+                cases.append(tuning.CompileCase(tuning.row_name(tuned.tuning.kernel_id, variant, config), tuned.fn,
+                                                signature, {**constexprs, **config.kwargs}, config.num_warps,
+                                                config.num_stages))
     return cases

@@ -116,7 +116,7 @@ def backward(
     """Gradients of :func:`forward` given ``grad`` (shaped like ``x``, any strides):
     ``[dx, dlog_alpha, dlog_beta]`` (+ ``dlog_gamma`` for 3-D grids)."""
     if _fused(x, log_gamma):
-        dx = plane_scan.forward(grad, log_alpha, log_beta, _TRANSPOSED[order])
+        dx = plane_scan.forward(grad, log_alpha, log_beta, _TRANSPOSED[order]).to(x.dtype)
         return [dx, *plane_scan.decay_grads(x, grad, log_alpha, log_beta, order)]
     x6, chain = _as_6d(x, log_alpha, log_beta, log_gamma)
     grad6 = grad.unsqueeze(_T) if log_gamma is None else grad

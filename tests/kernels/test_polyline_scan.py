@@ -90,8 +90,8 @@ def poison_buffers(monkeypatch):
 def small_tiles(monkeypatch, tile_h=2, block_c=4):
     """The fused kernels run one small tiling (several tiles and channel blocks a plane)."""
     config = [triton.Config({"TILE_H": tile_h, "BLOCK_C": block_c}, num_warps=4)]
-    monkeypatch.setattr(plane_scan._plane_fwd, "configs", config)
-    monkeypatch.setattr(plane_scan._plane_bwd, "configs", config)
+    monkeypatch.setattr(plane_scan._plane_fwd_kernel, "configs", config)
+    monkeypatch.setattr(plane_scan._plane_bwd_kernel, "configs", config)
 
 
 def make_inputs(grid, channels, gen, dtype=torch.float32, batch=2, heads=3):

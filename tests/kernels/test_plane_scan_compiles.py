@@ -1,4 +1,4 @@
-"""The polyline-scan kernels compile for the A100 (sm_80) and the H100 (sm_90) without a GPU.
+"""The fused polyline-scan kernels compile for the A100 (sm_80) and the H100 (sm_90) without a GPU.
 
 Triton's interpreter runs code that its GPU compiler rejects (e.g. a value defined in one loop
 and used after it), so the CPU tests alone do not show that the CUDA path builds. Triton ships
@@ -6,9 +6,10 @@ and used after it), so the CPU tests alone do not show that the CUDA path builds
 ``ptxas -v`` on its PTX reports registers and spills. It runs in a subprocess because
 ``TRITON_INTERPRET=1`` replaces ``@triton.jit`` functions at import time.
 
-The fused kernels (``plane_scan``) are checked as the JIT specializes them at run time for a
-channels-last tensor: unit channel stride, the other strides, the channel count and the pointers
-divisible by 16. Their tile loads along the channels must be vector loads (``ld.global.v2/.v4``).
+The kernels are checked as the JIT specializes them at run time for a channels-last tensor: unit
+channel stride, the other strides, the channel count and the pointers divisible by 16. Their tile
+loads along the channels must be vector loads (``ld.global.v2/.v4``). (``plane_scan`` is not in
+the resource table of ``tools/kernel_resources.py`` yet: this test stands in for it.)
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from ppma.kernels.polyline_scan import decay_scan, plane_scan
+from ppma.kernels.polyline_scan import plane_scan
 
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
@@ -50,7 +51,7 @@ def resources(compiled, arch):
 out = {}
 for arch in (80, 90):
     # The fused kernels: the interpreter's configuration and the one for the widest rows, bf16.
-    for case in [c for c in plane_scan.compile_cases() if "bf16" in c.name][::3]:
+    for case in [c for c in plane_scan.compile_cases() if " | bf16 " in c.name][::3]:
         sig, consts = dict(case.signature), dict(case.constexprs)
         for name in [n for n in sig if n.startswith("s") and n.endswith("c")]:  # channel strides
             sig[name], consts[name] = "constexpr", 1
@@ -61,17 +62,6 @@ for arch in (80, 90):
                                   target=GPUTarget("cuda", arch, 32),
                                   options=dict(num_warps=case.num_warps, num_stages=case.num_stages))
         out[f"sm_{arch} {case.name}"] = resources(compiled, arch)
-# The 1-D passes (3-D grids, wide rows).
-for kernel, io in [(decay_scan._decay_scan_fwd_kernel, ("u_ptr", "y_ptr")),
-                   (decay_scan._decay_scan_bwd_kernel, ("u_ptr", "gv_ptr", "gu_ptr"))]:
-    for dtype, acc in [("*bf16", tl.float32), ("*fp64", tl.float64)]:
-        consts = dict(HAS_BASE=True, ACC=acc, BLOCK_L=8, BLOCK_C=64)
-        sig = {name: (dtype if name in io else "*fp32") if name.endswith("_ptr") else "i32"
-               for name, p in zip(kernel.arg_names, kernel.params) if not p.is_constexpr}
-        sig.update({k: "constexpr" for k in consts})
-        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts),
-                                  target=GPUTarget("cuda", 90, 32), options=dict(num_warps=decay_scan.NUM_WARPS))
-        out[f"sm_90 {kernel.__name__}{dtype}"] = {"cubin": len(compiled.asm["cubin"])}
 json.dump(out, sys.stdout)
 """
 
@@ -87,13 +77,8 @@ def compiled():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_1d_passes_compile_for_sm90(compiled):
-    sizes = {name: r["cubin"] for name, r in compiled.items() if "cubin" in r}
-    assert len(sizes) == 4 and all(size > 0 for size in sizes.values()), sizes
-
-
 def test_fused_kernels_fit_without_spills_and_load_vectors(compiled):
-    fused = {name: r for name, r in compiled.items() if "regs" in r}
+    fused = compiled
     assert len(fused) >= 8, sorted(fused)
     for name, r in fused.items():
         assert r["spills"] == 0, f"{name} spills: {r}"
