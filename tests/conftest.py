@@ -3,7 +3,6 @@ import random
 import zlib
 
 import numpy as np
-
 import pytest
 import torch
 

@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F
 
 from ppma.kernels.common.runtime import triton_unavailable_reason
-from ppma.kernels.common.strided import pow2
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.ops import polyline_attention, polyline_attention_reference
 from ppma.ops.polyline_attention.flex import polyline_attention_flex

@@ -56,9 +56,9 @@ def _configs(block_ds: tuple[int, ...], maxnreg: int | None = None) -> list[trit
 
 
 # Wide channel blocks are for short tiles, e.g. the routes' (channels-last maps: the channel axis
-# is the contiguous one there). The backward may take every register: with Triton's ptxas options
-# (--regAllocOptLevel=2) it otherwise stops near 128 and spills.
-FWD_CONFIGS = _configs((2, 1, 4, 8, 16, 32))
+# is the contiguous one there). Both kernels may take every register: with Triton's ptxas options
+# (--regAllocOptLevel=2) some configurations otherwise stop at 128 or 168 and spill.
+FWD_CONFIGS = _configs((2, 1, 4, 8, 16, 32), maxnreg=255)
 BWD_CONFIGS = _configs((1, 2, 4, 8, 16, 32), maxnreg=255)
 
 

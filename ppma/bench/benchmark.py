@@ -165,7 +165,7 @@ def benchmark_runtimes(args) -> None:
         cases = [(label, b, h, w, runners[f]) for label, f, b, h, w in RUNTIME_CASES]
         times = {(label, r): [] for label, *_ in cases for r in args.runtime}
         with torch.inference_mode():
-            for label, batch, h, w, case_runners in cases:
+            for _label, batch, h, w, case_runners in cases:
                 x = torch.randn(batch, 3, h, w)
                 for run in case_runners.values():
                     for _ in range(args.warmup):

@@ -155,7 +155,6 @@ def load_ours(model: str, official: torch.nn.Module) -> torch.nn.Module:
     import timm
 
     import ppma  # noqa: F401  (registers the presets)
-
     from ppma.models.checkpoint import load_strict
 
     ours = timm.create_model(model).eval()

@@ -9,9 +9,11 @@ Used by ``tools/train.py`` and ``tools/test.py`` before the mmengine ``Runner`` 
   ``device_ids=[local_rank]``; on CPUs the process group is initialised here with gloo and DDP
   gets ``device_ids=None``.
 
-:class:`RandomStateHook` (added by ``tools/train.py``) makes a resumed run continue the random
-streams of the run it resumes; :class:`AtomicLocalBackend`, mmengine's local file backend from
-the import of this module on, writes every file (checkpoints, ``last_checkpoint``) atomically.
+:func:`prepare_for_resume` (called by :mod:`ppma.mm.train`) makes a resumed run continue the random
+streams of the run it resumes: :class:`RandomStateHook` for the training process's streams,
+:class:`WorkerSeededSampler` for the data loader workers'; :class:`AtomicLocalBackend`, mmengine's
+local file backend from the import of this module on, writes every file (checkpoints,
+``last_checkpoint``) atomically.
 """
 from __future__ import annotations
 
@@ -23,11 +25,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+from mmengine.dist import get_dist_info, sync_random_seed
 from mmengine.fileio.backends import LocalBackend, register_backend
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.registry import HOOKS
+from mmengine.registry import DATA_SAMPLERS, HOOKS
 from mmengine.runner import IterBasedTrainLoop
+from torch.utils.data import Sampler, get_worker_info
 
 
 class AtomicLocalBackend(LocalBackend):
@@ -67,6 +71,87 @@ def set_random_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def seed_worker(seed: int, epoch: int, rank: int, worker_id: int) -> None:
+    """Seed Python's, numpy's and torch's generators of a data loader worker from ``(seed,
+    epoch, rank, worker_id)`` alone (numpy's ``SeedSequence`` mixes them)."""
+    value = int(np.random.SeedSequence([seed, epoch, rank, worker_id]).generate_state(1)[0])
+    random.seed(value)
+    np.random.seed(value)
+    torch.manual_seed(value)
+
+
+class EpochIndex(int):
+    """A dataset index that carries the epoch of the sampler that drew it to the loader worker
+    that loads it (an ``int`` everywhere else)."""
+
+    def __new__(cls, index: int, epoch: int):
+        tagged = super().__new__(cls, index)
+        tagged.epoch = epoch
+        return tagged
+
+    def __reduce__(self):
+        return EpochIndex, (int(self), self.epoch)
+
+
+class _SeededFetch:
+    """A dataset's ``__getitems__`` (what torch's loader fetches a batch with): in a loader worker,
+    before the first batch of each epoch (the epoch of the batch's :class:`EpochIndex` changed),
+    the worker's generators are seeded with :func:`seed_worker`; in the main process (no workers)
+    it only fetches. Each worker holds its own copy, so the last epoch seen is per worker."""
+
+    def __init__(self, dataset, seed: int, rank: int):
+        self.dataset, self.seed, self.rank = dataset, seed, rank
+        self.fetch = getattr(dataset, "__getitems__", None)
+        self.epoch = None
+
+    def __call__(self, indices: list) -> list:
+        worker = get_worker_info()
+        epoch = getattr(indices[0], "epoch", None) if indices else None
+        if worker is not None and epoch is not None and epoch != self.epoch:
+            seed_worker(self.seed, epoch, self.rank, worker.id)
+            self.epoch = epoch
+        return self.fetch(indices) if self.fetch is not None else [self.dataset[i] for i in indices]
+
+
+@DATA_SAMPLERS.register_module()
+class WorkerSeededSampler(Sampler):
+    """The config's sampler, with data loader workers whose random streams depend on the epoch,
+    never on their history: resume, with workers persistent or not, is bitwise.
+
+    ``sampler``: the config's sampler (``dict(type='DefaultSampler', ...)``), built with the same
+    ``dataset`` and ``seed`` (the runner's). Its indices come out as :class:`EpochIndex` (its
+    ``epoch``, 0 for a sampler without epochs, e.g. ``InfiniteSampler``), and ``dataset`` fetches
+    batches through :class:`_SeededFetch`: each worker seeds Python's, numpy's and torch's
+    generators from ``(seed, epoch, rank, worker id)`` before the first batch of every epoch.
+    mmengine seeds a worker once, when it starts: a persistent worker's augmentations in epoch 2
+    depend on what it drew in epoch 1, which a resumed run's fresh workers never drew.
+    Everything else is the inner sampler's (``set_epoch``, length, ``dataset``, ``seed``...).
+    """
+
+    def __init__(self, dataset, sampler: dict, seed: int | None = None):
+        self.sampler = DATA_SAMPLERS.build(sampler, default_args=dict(dataset=dataset, seed=seed))
+        self.dataset = dataset
+        seed = getattr(self.sampler, "seed", seed)
+        dataset.__getitems__ = _SeededFetch(dataset, sync_random_seed() if seed is None else seed,
+                                            get_dist_info()[0])
+
+    def __iter__(self):
+        epoch = getattr(self.sampler, "epoch", 0)
+        return (EpochIndex(index, epoch) for index in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __getattr__(self, name: str):
+        if name == "sampler":  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.sampler, name)
+
+
 @HOOKS.register_module()
 class RandomStateHook(Hook):
     """Resume that loses nothing: the random streams are saved in every checkpoint
@@ -98,6 +183,15 @@ class RandomStateHook(Hook):
             loop, done = runner.train_loop, checkpoint["meta"]["iter"]
             if isinstance(loop, IterBasedTrainLoop) and done > 0:
                 loop.dataloader_iterator = _RestoreAfterSkip(loop, done, state)
+
+    def before_train(self, runner) -> None:
+        # A loader draws a seed for its workers from torch's generator each time an iterator
+        # starts: every epoch without persistent workers, once with them, so a resumed run would
+        # draw once more than the run it continues. Its own generator keeps the draw off the
+        # training stream (the workers seed themselves: WorkerSeededSampler, mmengine's init).
+        loader = runner.train_loop.dataloader
+        if loader.generator is None:
+            loader.generator = torch.Generator().manual_seed(runner.seed)
 
     def before_val(self, runner) -> None:
         self._training_state = random_state()
@@ -161,6 +255,15 @@ def prepare_for_device(cfg: Config, launcher: str) -> None:
         find_unused_parameters=cfg.get("find_unused_parameters", False))
     wrapper["device_ids"] = None
     cfg.model_wrapper_cfg = wrapper
+
+
+def prepare_for_resume(cfg: Config) -> None:
+    """Make a run resumable bitwise (in place): :class:`RandomStateHook` among the custom hooks,
+    the training loader's sampler inside a :class:`WorkerSeededSampler`."""
+    cfg.custom_hooks = [*cfg.get("custom_hooks", []), dict(type="RandomStateHook")]
+    loader = cfg.train_dataloader
+    if loader.get("sampler", {}).get("type") not in (None, "WorkerSeededSampler"):
+        loader.sampler = dict(type="WorkerSeededSampler", sampler=loader.sampler)
 
 
 def load_config(path: str, cfg_options: dict | None = None, work_dir: str | None = None,

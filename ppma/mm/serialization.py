@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
 
-
 # HistoryBuffer's built-in statistics; custom ones join HistoryBuffer._statistics_methods.
 DEFAULT_STATISTICS = ("mean", "max", "min", "current")
 

@@ -17,7 +17,7 @@ from mmengine.config import DictAction
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from ppma.mm.runtime import load_config, prepare_for_device
+from ppma.mm.runtime import load_config, prepare_for_device, prepare_for_resume
 
 
 def parse_args(argv=None):
@@ -58,7 +58,7 @@ def main(argv=None):
     elif args.resume:
         cfg.resume, cfg.load_from = True, args.resume
     prepare_for_device(cfg, args.launcher)
-    cfg.custom_hooks = [*cfg.get("custom_hooks", []), dict(type="RandomStateHook")]  # resume loses nothing
+    prepare_for_resume(cfg)  # resume loses nothing: random streams, loader workers' included
     runner = RUNNERS.build(cfg) if "runner_type" in cfg else Runner.from_cfg(cfg)
     runner.train()
 

@@ -1,9 +1,6 @@
 """The skeletons and the model families; importing registers the timm presets and the family
 records (:mod:`ppma.models.family`)."""
-from . import ppma
-from . import mila
-from . import vim
-from . import vmamba
+from . import mila, ppma, vim, vmamba
 from .backbone import TimmBackbone, take_indices
 from .checkpoint import model_state_dict, read_checkpoint
 from .family import Family, families, family_of

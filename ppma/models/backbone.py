@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 import torch.fx
 from timm.models import checkpoint
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 from ppma.layers.layout import GRID_3D
 

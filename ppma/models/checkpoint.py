@@ -70,14 +70,18 @@ def read_checkpoint(path: str | Path) -> dict:
     ``torch.load`` runs with ``weights_only=True``; the only globals allowed beyond torch's own
     are :data:`CHECKPOINT_GLOBALS` (``argparse.Namespace``, the ``args`` of the official
     checkpoints, and yacs' ``CfgNode``, their config: unpickling them only sets attributes or
-    items). Other objects raise ``pickle.UnpicklingError``: OpenMMLab training checkpoints read
-    after ``import ppma.mm``, which allows what they hold (:mod:`ppma.mm.serialization`).
-    ``FileNotFoundError`` naming a missing path; ``ValueError`` naming a file that is not a
-    complete checkpoint (truncated, or another format).
+    items). Every error names the file and the problem:
+
+    - ``FileNotFoundError``: no file at ``path``;
+    - ``ValueError``: not a complete checkpoint (truncated, or another format, e.g. random bytes);
+    - ``pickle.UnpicklingError``: a checkpoint that needs a global not allowed (named), and how to
+      allow it: OpenMMLab training checkpoints read after ``import ppma.mm``
+      (:mod:`ppma.mm.serialization`), other classes you trust with
+      ``torch.serialization.add_safe_globals``.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise FileNotFoundError(f"checkpoint not found: {path}" + (" (a folder)" if path.is_dir() else ""))
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -85,16 +89,30 @@ def read_checkpoint(path: str | Path) -> dict:
         try:
             return load_file(str(path), device="cpu")
         except SafetensorError as err:
-            raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
+            raise _not_a_checkpoint(path, err) from err
     try:
         with allow_official_globals():
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "Weights only load failed" in str(err):  # a global that is not allowed
-            raise
-        raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
-    except (RuntimeError, EOFError, OSError) as err:  # zip reader, short file
-        raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
+        found = re.search(r"GLOBAL (\S+)", str(err))
+        # a zip archive (torch.save) or a pickle (its PROTO opcode first): a checkpoint whose
+        # global is refused; anything else fails at a byte that is not what torch.save writes
+        if found is None or not _starts_with(path, b"PK\x03\x04", b"\x80"):
+            raise _not_a_checkpoint(path, err) from None
+        raise pickle.UnpicklingError(
+            f"checkpoint {path} needs {found[1]}, which weights-only loading does not allow. If you trust the "
+            f"file, allow it first: torch.serialization.add_safe_globals([{found[1]}]) (an OpenMMLab training "
+            "checkpoint: import ppma.mm, which allows what those hold)") from err
+    except Exception as err:  # the zip reader, a short file, garbage the unpickler trips on (IndexError...)
+        raise _not_a_checkpoint(path, err) from err
+
+
+def _not_a_checkpoint(path: Path, err: Exception) -> ValueError:
+    """The error for a file ``torch.load`` (or safetensors) cannot read: ``err``'s first line."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    if "WeightsUnpickler error" in str(err):  # torch's advice to trust the file does not apply
+        first = str(err).split("WeightsUnpickler error:")[1].strip().splitlines()[0]
+    return ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({first})")
 
 
 def check_pretrained(variant: str, pretrained_cfg_overlay: dict | None = None) -> None:
@@ -119,7 +137,7 @@ def check_pretrained(variant: str, pretrained_cfg_overlay: dict | None = None) -
                     pass
             except SafetensorError as err:
                 raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
-        elif zipfile.is_zipfile(path) is False and _looks_like_zip(path):
+        elif zipfile.is_zipfile(path) is False and _starts_with(path, b"PK\x03\x04"):
             raise ValueError(f"cannot read checkpoint {path}: a truncated zip archive (torch.save's format)")
     elif cfg.get("hf_hub_id"):
         return
@@ -130,9 +148,10 @@ def check_pretrained(variant: str, pretrained_cfg_overlay: dict | None = None) -
                          "pretrained_cfg_overlay=dict(file='path/to/weights.pth'))")
 
 
-def _looks_like_zip(path: Path) -> bool:
+def _starts_with(path: Path, *prefixes: bytes) -> bool:
+    """Whether the file ``path`` begins with one of ``prefixes``."""
     with open(path, "rb") as f:
-        return f.read(4) == b"PK\x03\x04"
+        return f.read(max(map(len, prefixes))).startswith(prefixes)
 
 
 def model_state_dict(checkpoint: dict, use_ema: bool = True) -> dict[str, torch.Tensor]:
@@ -200,7 +219,8 @@ def finish_conversion(converted: dict, sources: dict, model: nn.Module) -> Conve
         for k in head:
             del converted[k]
         if head:
-            _logger.info("the model has no classification head: dropped %d head keys of the checkpoint", len(head))
+            _logger.info("the model has no classification head: dropped the checkpoint's head keys %s",
+                         ", ".join(sources.get(k, k) for k in head))
     kept = [k for k in own if k.startswith(DENSE_ONLY) and k not in converted]
     if kept:
         _logger.info("not in the checkpoint, keep their initialisation: %s", ", ".join(kept))

@@ -84,12 +84,15 @@ def create_from_checkpoint(model_name: str, state_dict: dict, **kwargs) -> nn.Mo
 
     ``state_dict``: official or our layout (the family's ``checkpoint_model_kwargs`` decides head
     and output norms, its ``checkpoint_filter_fn`` converts); ``kwargs`` go to ``timm.create_model``.
-    ``ValueError`` naming the keys (or shapes) that do not fit.
+    With ``features_only=True`` the weights load into the backbone inside timm's feature wrapper
+    (its ``model``): a classifier checkpoint's head keys are dropped (logged by name), the rest
+    loads strictly. ``ValueError`` naming the keys (or shapes) that do not fit.
     """
     family = family_of(model_name)
     model = timm.create_model(model_name, **family.checkpoint_model_kwargs(state_dict), **kwargs)
+    backbone = model.model if kwargs.get("features_only") else model  # timm's FeatureGetterNet
     try:
-        model.load_state_dict(family.checkpoint_filter_fn(state_dict, model), strict=True)
+        backbone.load_state_dict(family.checkpoint_filter_fn(state_dict, backbone), strict=True)
     except (KeyError, RuntimeError) as err:  # RuntimeError: load_state_dict's key and shape checks
         raise ValueError(str(err)) from err
     return model

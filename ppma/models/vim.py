@@ -35,8 +35,8 @@ from ppma.layers.vim import BiMamba, DeconvPyramid, RasterBiMamba, VimBlock
 
 from .checkpoint import finish_conversion, head_and_norm_kwargs, model_state_dict
 from .family import Family, register_family
-from .registration import build_preset, imagenet_cfg
 from .plain import PlainBackbone
+from .registration import build_preset, imagenet_cfg
 from .skeleton import HierarchicalBackbone, dense_defaults
 
 _logger = logging.getLogger(__name__)

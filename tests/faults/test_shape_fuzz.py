@@ -77,4 +77,4 @@ def test_random_shapes_torch_and_triton_agree_on_every_op_call(name, monkeypatch
     for op, args in replayed:
         want, got = (run(op, *args, backend=backend) for backend in ("torch", "triton"))
         for g, e in zip(*(t if isinstance(t, tuple) else (t,) for t in (got, want))):
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5, msg=lambda m: f"{op.name} at {h}x{w}: {m}")
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5, msg=lambda m, op=op: f"{op.name} at {h}x{w}: {m}")

@@ -6,7 +6,14 @@ from timm.layers import resample_abs_pos_embed
 from torch import nn
 
 from ppma.layers import (
-    ConvDownsample, ConvFFN, ConvStem, GridDepthwiseConv, MixerBlock, PatchStem, ProjectionHead, SequenceBlock,
+    ConvDownsample,
+    ConvFFN,
+    ConvStem,
+    GridDepthwiseConv,
+    MixerBlock,
+    PatchStem,
+    ProjectionHead,
+    SequenceBlock,
     TokenPoolHead,
 )
 

@@ -74,7 +74,7 @@ def test_grad_checkpointing_gives_the_same_gradients(family):
         model(x).sum().backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for n, g in grads[0].items():
-        torch.testing.assert_close(grads[1][n], g, msg=lambda m: seed_msg(f"{n}: {m}"))
+        torch.testing.assert_close(grads[1][n], g, msg=lambda m, n=n: seed_msg(f"{n}: {m}"))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -7,8 +7,15 @@ import torch
 import torch.nn.functional as F
 
 import ppma  # noqa: F401
-from ppma.layers.mila import (MILAAttention, MILABlock, MILADownsample, MILARotaryEmbedding, MILAStem, elu_plus_one,
-                              rope_tables)
+from ppma.layers.mila import (
+    MILAAttention,
+    MILABlock,
+    MILADownsample,
+    MILARotaryEmbedding,
+    MILAStem,
+    elu_plus_one,
+    rope_tables,
+)
 from ppma.models.family import create_from_checkpoint, family_of
 from ppma.models.mila import checkpoint_filter_fn, checkpoint_model_kwargs
 
@@ -60,7 +67,7 @@ def official_state_dict(embed_dim, depths, num_heads, mlp_ratio, num_classes, im
         conv(f"patch_embed.{name}.conv", cout, cin, k, bias=False)
         bn(f"patch_embed.{name}.norm", cout)
     res = img_size // 4
-    for i, (depth, heads) in enumerate(zip(depths, num_heads)):
+    for i, depth in enumerate(depths):
         dim, r = d * 2**i, res // 2**i
         for j in range(depth):
             b = f"layers.{i}.blocks.{j}"

@@ -124,8 +124,11 @@ def test_vanishing_decays_cut_the_mask_as_in_the_reference(kind, form):
 @pytest.mark.parametrize("grid", [(37, 5), (3, 18, 2)], ids=str)
 def test_linear_blocked_scan_in_blocks_and_whole_lines_matches_the_reference(grid, whole_line, monkeypatch):
     """The linear kind's CPU scan: lines cut in 16-token blocks (carry across) and whole lines."""
-    from ppma.ops.polyline_linear_attention import (blocked_scan, polyline_linear_attention_chunked,
-                                                    polyline_linear_attention_reference)
+    from ppma.ops.polyline_linear_attention import (
+        blocked_scan,
+        polyline_linear_attention_chunked,
+        polyline_linear_attention_reference,
+    )
 
     monkeypatch.setattr(blocked_scan, "WHOLE_LINE", whole_line)
     q, k, v, *decays = make_inputs(grid, torch.float64)

@@ -52,9 +52,9 @@ def literal_v2h(log_alpha, log_beta, log_gamma=None):
     for q, (t, i, j) in enumerate(cells):
         for k_idx, (s, k, l) in enumerate(cells):
             mask[:, :, q, k_idx] = (
-                path(lambda p: g[:, :, p, k, l], s, t)
-                * path(lambda p: b[:, :, t, p, l], k, i)
-                * path(lambda p: a[:, :, t, i, p], l, j)
+                path(lambda p, k=k, l=l: g[:, :, p, k, l], s, t)
+                * path(lambda p, t=t, l=l: b[:, :, t, p, l], k, i)
+                * path(lambda p, t=t, i=i: a[:, :, t, i, p], l, j)
             )
     return mask
 

@@ -1,5 +1,6 @@
 """``ppma.ops.polyline_attention`` against dense formulas, and the custom op against its reference."""
 from functools import partial
+
 import pytest
 import torch
 

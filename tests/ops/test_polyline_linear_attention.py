@@ -42,7 +42,7 @@ def test_chunked_matches_reference(grid, budget):
     got = values_and_grads(lambda *t: polyline_linear_attention_chunked(*t, budget=budget), inputs, grad)
     want = values_and_grads(polyline_linear_attention_reference, inputs, grad)
     for name, g, w in zip(["out", "q", "k", "v", "log_alpha", "log_beta", "log_gamma"], got, want):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * w.abs().max().item(), msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * w.abs().max().item(), msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("grid", [(7, 9), (2, 3, 4)], ids=str)

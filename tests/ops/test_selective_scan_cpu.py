@@ -5,10 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ppma.ops import select_backend, selective_scan
-from ppma.ops.registry import get_op
-from ppma.ops import _inplace_scan
+from ppma.ops import _inplace_scan, select_backend, selective_scan
 from ppma.ops._scratch import release_scratch
+from ppma.ops.registry import get_op
 from ppma.ops.selective_scan import cpu
 from ppma.ops.selective_scan.reference import random_inputs, selective_scan_reference
 

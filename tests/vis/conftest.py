@@ -44,7 +44,7 @@ def dense_attention(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         width = min(d, n - first)
         v = torch.zeros(batch, n, heads, d)
         v[:, first : first + width, :, :width] = torch.eye(width)[:, None, :]
-        handle = layer.v_proj.register_forward_hook(lambda *_: v.reshape(batch, *grid, -1))
+        handle = layer.v_proj.register_forward_hook(lambda *_, v=v: v.reshape(batch, *grid, -1))
         with torch.no_grad():
             out = layer(x)
         handle.remove()

@@ -20,7 +20,6 @@ from ..registry import Impl, Kernel, cpu_only, register, requested_backend, sele
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
 
-
 # Criss-cross grids (tokens per image) up to which ``auto`` takes the torch path. Measured on an
 # H200, bf16, 8 heads of 32 channels (docs/benchmarks.md): the Triton line kernels ran at
 # 0.78-0.91x the torch path's speed at 14x14 (batch 64), 32x32, 64x64 and 80x80, forward and

@@ -32,6 +32,7 @@ from .chunked import polyline_linear_attention_chunked
 from .export import polyline_linear_attention_export
 from .reference import polyline_linear_attention_reference
 
+
 def _flops(q, k, v, log_alpha, log_beta, log_gamma, eps):
     """``{'scan': polyline_scan over the d*dv + d state channels, 'state': k (x) v,
     'contraction': q against the state (numerator and denominator), 'normalization': + eps and

@@ -9,9 +9,10 @@ polyline mask)::
 
 i.e. ``out_n = sum_m L2D[n, m] (q_n . k_m) v_m / (sum_m L2D[n, m] (q_n . k_m) + eps)``. Both
 ``L2D`` products are one :func:`ppma.ops.polyline_scan` (order ``'both'``) over the
-``d*dv + d`` channels of ``[k (x) v, k]``, formed in the inputs' dtype for every token: memory
-``O(N d dv)`` for the whole grid. The contraction with ``q`` and the division are fp32 (fp64
-for fp64 inputs); the output has ``v``'s dtype.
+``d*dv + d`` channels of ``[k (x) v, k]``, formed for every token: memory ``O(N d dv)`` for the
+whole grid. State, scan, contraction with ``q`` and division are fp32 (fp64 for fp64 inputs)
+whatever the inputs' dtype (a state summed over a grid of fp16 tokens outgrows fp16); the
+output has ``v``'s dtype.
 """
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def polyline_linear_attention_reference(
 ) -> torch.Tensor:
     """PyTorch reference of :func:`ppma.ops.polyline_linear_attention` (same contract; no checks)."""
     d, dv = k.shape[-1], v.shape[-1]
-    state = torch.cat([(k.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2), k], dim=-1)
-    state = _at_least_fp32(polyline_scan_reference(state, log_alpha, log_beta, "both", log_gamma))
-    q = _at_least_fp32(q)
-    num = torch.einsum("...d,...de->...e", q, state[..., : d * dv].unflatten(-1, (d, dv)))
-    den = (q * state[..., d * dv :]).sum(-1, keepdim=True)
+    with torch.autocast(q.device.type, enabled=False):  # its products stay fp32 under autocast too
+        q, k, v_acc = _at_least_fp32(q), _at_least_fp32(k), _at_least_fp32(v)
+        state = torch.cat([(k.unsqueeze(-1) * v_acc.unsqueeze(-2)).flatten(-2), k], dim=-1)
+        state = polyline_scan_reference(state, log_alpha, log_beta, "both", log_gamma)
+        num = torch.einsum("...d,...de->...e", q, state[..., : d * dv].unflatten(-1, (d, dv)))
+        den = (q * state[..., d * dv :]).sum(-1, keepdim=True)
     return (num / (den + eps)).to(v.dtype)

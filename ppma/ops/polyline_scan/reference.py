@@ -50,7 +50,15 @@ def polyline_scan_reference(
     order: str = "both",
     log_gamma: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """PyTorch reference of :func:`ppma.ops.polyline_scan` (same contract; no input checks)."""
+    """PyTorch reference of :func:`ppma.ops.polyline_scan` (same contract; no input checks).
+
+    fp32 inside (fp64 for fp64 ``x``) whatever ``x``'s dtype, autocast or not; the output has
+    ``x``'s dtype."""
+    with torch.autocast(x.device.type, enabled=False):  # the 1-D masks' products stay fp32
+        return _scan_reference(x, log_alpha, log_beta, order, log_gamma)
+
+
+def _scan_reference(x, log_alpha, log_beta, order, log_gamma):
     acc = x.double() if x.dtype == torch.float64 else x.float()
     # Grid axes of the decays: -1 is W (alpha), -2 is H (beta), -3 is T (gamma).
     v2h_axes = ([(log_gamma, -3)] if log_gamma is not None else []) + [(log_beta, -2), (log_alpha, -1)]

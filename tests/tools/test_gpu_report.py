@@ -1,0 +1,249 @@
+"""tools/gpu_report.py: the report end to end in its quick CPU mode, and the pieces that can fail
+(relative errors, tolerances, the profiler summary, the time budget, the bench subprocesses,
+the official model files)."""
+import math
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.autograd import DeviceType
+
+from ppma.bench.gpu import kernel_tables
+from ppma.bench.gpu.budget import Budget, Deadline, SectionTimeout, time_limit
+from ppma.bench.gpu.correctness import Errors, Row, Run, compare, relative_error
+from ppma.bench.gpu.gpu_report import QUICK_PRESETS, main
+from ppma.bench.gpu.official import official_models
+from ppma.bench.gpu.step_profile import summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = ("Correctness", "Kernel tables", "Whole models", "Backbones at large sizes", "Where the time goes",
+            "Time per section")
+
+
+def table(text: str, heading: str) -> list[list[str]]:
+    """The cells of the table under ``heading`` (up to the next heading; header and separator rows dropped)."""
+    body = text.split(heading, 1)[1]
+    lines = [line for line in body.split("\n#", 1)[0].splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_quick_report_on_the_cpu_end_to_end(tmp_path):
+    out = tmp_path / "report.md"
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_report.py"), "--quick", "--device", "cpu",
+                           "--output", str(out), "--budget", "1200"], capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    print(f"quick report: {time.monotonic() - start:.0f} s\n{text}")
+    for title in SECTIONS:
+        assert f"\n## {title}\n" in text, title
+    assert re.search(r"^- command: `.*python tools/gpu_report.py --quick --device cpu --output ", text, re.MULTILINE)
+    assert re.search(r"^- versions: Python [\d.]+, torch \S+, Triton ", text, re.MULTILINE)
+    presets = QUICK_PRESETS
+    assert "failed" not in text
+
+    rows = table(text, "## Correctness")
+    assert [(r[0], r[1].split()[0]) for r in rows] == [(p, c) for p in presets for c in ("fp32", "bf16", "fp16", "fp32")]
+    for preset, case, out_err, dx_err, param, own, ok in rows:
+        errors = [float(out_err), float(dx_err), float(param.split()[0])]
+        errors += [float(v) for v in own.split(" / ")] if own else []
+        assert all(math.isfinite(e) and e >= 0 for e in errors), (preset, case)
+        assert ok == "yes", (preset, case, out_err, dx_err, param, own)
+    assert f"{len(rows)} of {len(rows)} cases within tolerance" in text
+
+    speed = table(text, "## Whole models")
+    assert [(r[0], r[1]) for r in speed] == [(p, b) for p in presets for b in ("auto", "torch")]
+    assert all(float(v) > 0 and math.isfinite(float(v)) for r in speed for v in r[2:])
+    backbones = table(text, "## Backbones at large sizes")
+    assert [(r[0], r[1], r[2]) for r in backbones] == [
+        (f"{p} features", b, s) for p in presets for b in ("auto", "torch") for s in ("32", "48")]
+    assert all(float(r[3]) > 0 and float(r[4]) >= 0 for r in backbones)
+
+    for preset in presets:
+        match = re.search(rf"^### {preset}: step ([\d.]+) ms, (\d+) aten operator calls, ([\d.]+) ms", text, re.MULTILINE)
+        assert match and all(float(v) > 0 for v in match.groups()), preset
+        top = table(text, f"### {preset}: step")
+        assert 1 <= len(top) <= 12 and all(r[0].startswith("`aten::") and int(r[1]) >= 1 for r in top)
+        assert [float(r[2]) for r in top] == sorted((float(r[2]) for r in top), reverse=True)
+
+    kernels = text.split("## Kernel tables", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"^### `kernels/bench/(\S+) --device cpu .*`\n\n\d+ s, exit 0\.$", kernels, re.MULTILINE)
+    assert commands == [b.script for b in kernel_tables.BENCHES if b.quick is not None] == [
+        "polyline_scan.py", "polyline_attention.py"], kernels
+    assert len(re.findall(r"^\| .* \| [\d.]+ \|", kernels, re.MULTILINE)) >= len(commands)  # timed rows in the tables
+    assert all(r[3] == "complete" for r in table(text, "## Time per section"))
+
+
+def test_a_section_out_of_time_says_so_and_the_report_is_written(tmp_path, capsys):
+    out = main(["--quick", "--device", "cpu", "--output", str(tmp_path / "r.md"), "--budget", "0.3"])
+    text = out.read_text()
+    status = {r[0]: r[3] for r in table(text, "## Time per section")}
+    assert list(status) == ["correctness", "kernel tables", "whole models", "backbones at large sizes",
+                            "where the time goes"]
+    assert all(s.startswith("stopped at its time limit") for s in status.values()), status
+    assert re.search(r"^- not run \(stopped at its time limit .*\): .*test_", text, re.MULTILINE)
+
+
+def test_relative_error():
+    expected = torch.tensor([1.0, -2.0, 4.0])
+    assert relative_error(torch.tensor([1.0, -2.0, 3.0]), expected) == 0.25
+    assert relative_error(expected.clone(), expected) == 0.0
+    assert relative_error(torch.zeros(3), torch.zeros(3)) == 0.0
+    assert relative_error(torch.ones(3), torch.zeros(3)) == math.inf
+    assert math.isnan(relative_error(torch.tensor([1.0, float("nan"), 4.0]), expected))
+    assert math.isnan(relative_error(expected, torch.tensor([1.0, float("inf"), 4.0])))
+    assert relative_error(torch.tensor([1.0, -2.0, 3.0], dtype=torch.bfloat16), expected) == 0.25  # in fp32
+    with pytest.raises(ValueError, match=r"shapes differ, \(3,\) vs \(1, 3\)"):
+        relative_error(expected, expected[None])
+
+
+def run(out, dx, **grads):
+    return Run(torch.tensor(out), torch.tensor(dx), {k: torch.tensor(v) for k, v in grads.items()})
+
+
+def test_compare_names_the_worst_parameter_gradient_and_the_missing_ones():
+    reference = run([1.0, 2.0], [4.0], a=[1.0, 1.0], b=[10.0], c=[2.0])
+    errors = compare(run([1.0, 2.5], [4.0], a=[1.0, 1.5], b=[10.0], d=[1.0]), reference)
+    assert (errors.out, errors.dx, errors.dparam, errors.dparam_name) == (0.25, 0.0, 0.5, "a")
+    assert errors.finite and errors.missing == ("c", "d")
+    nan = compare(run([1.0, 2.0], [4.0], a=[1.0, float("nan")], b=[10.0], c=[2.0]), reference)
+    assert nan.dparam_name == "a" and math.isnan(nan.dparam) and not nan.finite
+
+
+def errors(out=0.0, dx=0.0, dparam=0.0, finite=True, missing=()):
+    return Errors(out, dx, dparam, "w", finite, missing)
+
+
+def test_tolerances():
+    assert Row("m", "fp32", errors(5e-5, 5e-5, 5e-4)).ok
+    assert not Row("m", "fp32", errors(out=2e-4)).ok
+    assert not Row("m", "fp32", errors(dparam=2e-3)).ok
+    assert not Row("m", "fp32", errors(missing=("w",))).ok
+    assert not Row("m", "fp32", errors(finite=False)).ok
+    own = errors(0.01, 0.03, 0.4)  # the torch backend's own bf16 error
+    assert Row("m", "bf16", errors(0.02, 0.05, 0.7), own).ok
+    assert Row("m", "bf16", errors(0.009, 0.0, 0.0), errors()).ok  # the floor: 1e-2
+    assert not Row("m", "bf16", errors(0.03, 0.05, 0.7), own).ok
+    assert not Row("m", "bf16", errors(0.02, 0.05, 0.9), own).ok
+    assert not Row("m", "bf16", errors(0.02, 0.05, 0.7, finite=False), own).ok
+
+
+def event(key, count, device_us=0.0, cpu_us=0.0, device=DeviceType.CUDA):
+    return SimpleNamespace(key=key, count=count, self_device_time_total=device_us, self_cpu_time_total=cpu_us,
+                           device_type=device)
+
+
+def test_profiler_summary():
+    events = [event("gemm", 4, 3000.0), event("scan_bwd", 2, 9000.0), event("copy", 10, 1000.0),
+              event("aten::mm", 4, cpu_us=500.0, device=DeviceType.CPU),
+              event("aten::add", 6, cpu_us=700.0, device=DeviceType.CPU),
+              event("Optimizer.step#AdamW.step", 1, cpu_us=900.0, device=DeviceType.CPU)]
+    cuda = summarize(events, steps=2, device_type="cuda", top=2)
+    assert (cuda.launches, cuda.kernel_ms) == (8.0, 6.5)
+    assert [(k.name, k.calls, k.ms) for k in cuda.top] == [("scan_bwd", 1.0, 4.5), ("gemm", 2.0, 1.5)]
+    cpu = summarize(events, steps=1, device_type="cpu")
+    assert [(k.name, k.calls) for k in cpu.top] == [("aten::add", 6), ("aten::mm", 4)]
+    assert (cpu.launches, cpu.kernel_ms) == (10, 1.2)
+    empty = summarize([], steps=1, device_type="cuda")
+    assert (empty.launches, empty.kernel_ms, empty.top) == (0, 0, [])
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        summarize(events, steps=0, device_type="cuda")
+    with pytest.raises(ValueError, match="'cuda' or 'cpu'"):
+        summarize(events, steps=1, device_type="mps")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_budget_shares_the_time_left():
+    clock = Clock()
+    budget = Budget(100.0, {"a": 2.0, "b": 1.0, "c": 1.0}, clock)
+    assert budget.share("a") == 50.0
+    clock.now = 20.0  # a used 20 of its 50 s: b and c share the 80 left
+    assert budget.share("b") == 40.0
+    clock.now = 90.0
+    assert budget.share("c") == 10.0
+    with pytest.raises(ValueError, match="'a' is not one of"):
+        budget.share("a")
+    deadline = Deadline(5.0, clock)
+    clock.now = 93.0
+    assert deadline.left() == 2.0
+    clock.now = 99.0
+    assert deadline.left() == 0.0
+    with pytest.raises(ValueError, match="positive"):
+        Budget(0.0, {"a": 1.0})
+    with pytest.raises(ValueError, match="weights must be positive"):
+        Budget(1.0, {"a": 0.0})
+
+
+def test_time_limit_stops_the_block():
+    start = time.monotonic()
+    with pytest.raises(SectionTimeout, match="time limit of 0 s"), time_limit(0.2):
+        while True:
+            sum(range(1000))
+    assert time.monotonic() - start < 5
+    with time_limit(5.0):  # a block that ends in time leaves no timer behind
+        pass
+    time.sleep(0.05)
+    with pytest.raises(SectionTimeout, match="no time left"), time_limit(0.0):
+        pass
+
+
+def test_a_bench_script_stopped_at_its_limit_keeps_its_output(tmp_path, monkeypatch):
+    (tmp_path / "slow.py").write_text(textwrap.dedent("""\
+        import sys, time
+        print("| row | 1.5 |", " ".join(sys.argv[1:]), flush=True)
+        time.sleep(60)
+    """))
+    (tmp_path / "fails.py").write_text("import sys\nprint('partial')\nsys.exit('broken input')\n")
+    monkeypatch.setattr(kernel_tables, "bench_dir", lambda: tmp_path)
+    bench = kernel_tables.Bench("slow.py", ("--full",), ("--quick",))
+    start = time.monotonic()
+    result = kernel_tables.run_bench(bench, torch.device("cpu"), True, 1.5)
+    assert time.monotonic() - start < 20
+    assert result.returncode is None and result.stdout == "| row | 1.5 | --device cpu --quick\n"
+    assert result.command == "kernels/bench/slow.py --device cpu --quick"
+    failed = kernel_tables.run_bench(kernel_tables.Bench("fails.py", (), ()), torch.device("cpu"), False, 30)
+    assert (failed.returncode, failed.stdout, failed.stderr_tail) == (1, "partial\n", "broken input")
+    with pytest.raises(FileNotFoundError, match="missing.py not found: the kernel tables need a source checkout"):
+        kernel_tables.run_bench(kernel_tables.Bench("missing.py", (), ()), torch.device("cpu"), True, 1)
+
+
+def test_official_model_files_are_imported_by_path(tmp_path):
+    ppma_dir, mlla_dir = tmp_path / "PPMA", tmp_path / "MLLA"
+    (ppma_dir / "classification" / "models").mkdir(parents=True)
+    (mlla_dir / "models").mkdir(parents=True)
+    (ppma_dir / "classification" / "models" / "PPMA.py").write_text(textwrap.dedent("""\
+        import torch
+        def PPMAViT_T(args):
+            return torch.nn.Linear(2, 3)
+        class Backbone_PPMAViT(torch.nn.Identity):
+            def __init__(self, out_indices, **kwargs):
+                super().__init__()
+                self.out_indices, self.kwargs = out_indices, kwargs
+    """))
+    (mlla_dir / "models" / "mlla.py").write_text("import torch\nMLLA = lambda **kw: torch.nn.Conv2d(1, kw['embed_dim'], 1)\n")
+    models = {m.label: m for m in official_models(ppma_dir, mlla_dir)}
+    assert {k: (m.beside, m.backbone) for k, m in models.items()} == {
+        "official PPMA-T": ("ppma_tiny", False), "official PPMA-T backbone": ("ppma_tiny", True),
+        "official MLLA-T": ("mila_tiny", False)}
+    assert models["official PPMA-T"].build().out_features == 3
+    backbone = models["official PPMA-T backbone"].build()
+    assert backbone.out_indices == (0, 1, 2, 3) and backbone.kwargs["depths"] == [2, 2, 8, 2]
+    assert models["official MLLA-T"].build().out_channels == 64
+    assert official_models(None, None) == []
+    with pytest.raises(FileNotFoundError, match=r"no models/mlla.py there"):
+        official_models(None, ppma_dir)
+    with pytest.raises(SystemExit, match="gpu_report: .*no classification/models/PPMA.py there"):
+        main(["--quick", "--device", "cpu", "--official-ppma", str(mlla_dir), "--output", str(tmp_path / "r.md")])
