@@ -136,8 +136,8 @@ def _document(every: dict[str, CompileCase], hashes: dict[str, str], sources: di
 
 def regenerate(jobs: int, full: bool = False) -> tuple[dict, list[str]]:
     """Writes the table of every case to :data:`RESOURCES_PATH`: rows whose hash the file has
-    kept (all of them recompiled when ``full``), the others compiled (the file is rewritten every
-    ten rows, so an interrupted run keeps what it compiled). Returns ``(the file's document, the
+    kept (all of them recompiled when ``full``), the others compiled (the file is rewritten after
+    each row, so an interrupted run keeps what it compiled). Returns ``(the file's document, the
     compiled row names)``."""
     old = json.loads(RESOURCES_PATH.read_text()) if RESOURCES_PATH.exists() and not full else {}
     old_rows, old_hashes = old.get("rows", {}), old.get("hashes", {})
@@ -152,8 +152,7 @@ def regenerate(jobs: int, full: bool = False) -> tuple[dict, list[str]]:
     stale = [name for name, case in every.items() if not case.same_as and name not in kept]
 
     def save(measured):
-        if len(measured) % 10 == 0 or len(measured) == len(stale):
-            RESOURCES_PATH.write_text(json.dumps(_document(every, hashes, {**kept, **measured}), indent=1) + "\n")
+        RESOURCES_PATH.write_text(json.dumps(_document(every, hashes, {**kept, **measured}), indent=1) + "\n")
 
     measured = measure(stale, [a for a in ARCHS if a not in ARCH_SAME_AS], jobs, on_row=save)
     document = _document(every, hashes, {**kept, **measured})
