@@ -4,7 +4,7 @@ on each ``ppma.ops`` backend.
     python tools/benchmark.py CONFIG [--checkpoint PATH] [--shape 512 512] [--batch-size 1]
                               [--warmup 5] [--iters 20] [--device cuda]
     python tools/benchmark.py --model ppma_tiny [--shape 224 224] [--batch-size 128] [--train]
-                              [--features] [--backends torch triton] [--warmup 5] [--iters 20]
+                              [--features] [--backends torch triton] [--warmup 5] [--iters 20] [--compile]
 
 CONFIG: runs ``model(inputs, data_samples, mode='predict')`` (the whole test-time network,
 post-processing included, without data loading) on random inputs of the given size: ``--warmup``
@@ -15,7 +15,9 @@ untimed iterations, then ``--iters`` timed ones, synchronising the GPU around ea
 ``--backends`` (``PPMA_BACKEND``; ``torch`` is the reference path of every op), inference under
 ``torch.inference_mode`` or, with ``--train``, forward and backward of a summed output; bf16
 autocast on a GPU. One table row per backend: ms per iteration, images/s, peak memory (CUDA:
-the allocator's peak beyond the weights) and the speed-up over the first backend. The issue's
+the allocator's peak beyond the weights) and the speed-up over the first backend; ``--compile``
+adds, after each backend's row, one for ``torch.compile(model, fullgraph=True)`` (Inductor; its
+compilation falls in the warm-up iterations, at least one). The issue's
 rows: ``--model ppma_{tiny,small,base} --shape 224 224 --batch-size 128`` (and ``--train
 --batch-size 64``), ``--model ppma_tiny --features --batch-size 1 --shape S S`` for S in 512,
 768, 1024, 1280, 2048.
@@ -56,6 +58,7 @@ def parse_args(argv=None):
     parser.add_argument("--features", action="store_true", help="--model as a features_only backbone")
     parser.add_argument("--train", action="store_true", help="--model: forward and backward")
     parser.add_argument("--backends", nargs="+", default=["torch", "triton"], choices=["torch", "triton"])
+    parser.add_argument("--compile", action="store_true", help="--model: also torch.compile'd (Inductor)")
     parser.add_argument("--checkpoint", help="weights written by tools/train.py (default: init)")
     parser.add_argument("--shape", type=int, nargs=2, default=(512, 512), metavar=("H", "W"))
     parser.add_argument("--batch-size", type=int, default=1)
@@ -92,9 +95,9 @@ def benchmark_model(args) -> None:
     x = torch.randn(args.batch_size, 3, *args.shape, device=args.device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device.startswith("cuda"))
 
-    def step():
+    def step(run):
         with autocast:
-            out = model(x)
+            out = run(x)
         if args.train:
             sum(o.float().sum() for o in (out if isinstance(out, (list, tuple)) else [out])).backward()
 
@@ -102,8 +105,14 @@ def benchmark_model(args) -> None:
           f"{args.batch_size}, {'training' if args.train else 'inference'}, {args.device}")
     print("| backend | ms/iter | images/s | peak MiB | speed-up |\n|---|---:|---:|---:|---:|")
     first = None
-    for backend in args.backends:
+    runs = [(backend, compiled) for backend in args.backends for compiled in (False, True)[: 1 + args.compile]]
+    args.warmup = max(args.warmup, int(args.compile))
+    for backend, compiled in runs:
         os.environ["PPMA_BACKEND"] = backend
+        label = f"{backend} compiled" if compiled else backend
+        if compiled:
+            torch._dynamo.reset()  # traced anew under this backend (the graph keeps the backend it was traced with)
+        run = torch.compile(model, fullgraph=True) if compiled else model
         base = 0
         if args.device.startswith("cuda"):
             base = torch.cuda.memory_allocated(args.device)
@@ -111,23 +120,23 @@ def benchmark_model(args) -> None:
         try:
             with torch.inference_mode(not args.train):
                 for _ in range(args.warmup):
-                    step()
+                    step(run)
                 model.zero_grad(set_to_none=True)
                 synchronize(args.device)
                 start = time.perf_counter()
                 for _ in range(args.iters):
-                    step()
+                    step(run)
                 synchronize(args.device)
                 seconds = (time.perf_counter() - start) / args.iters
         except (torch.OutOfMemoryError, RuntimeError) as err:
-            print(f"| {backend} | {type(err).__name__}: {str(err).splitlines()[0][:80]} | | | |")
+            print(f"| {label} | {type(err).__name__}: {str(err).splitlines()[0][:80]} | | | |")
             continue
         first = first or seconds
         if args.device.startswith("cuda"):
             peak = f"{(torch.cuda.max_memory_allocated(args.device) - base) / 2**20:.0f}"
         else:
             peak = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} (process RSS)"
-        print(f"| {backend} | {1000 * seconds:.1f} | {args.batch_size / seconds:.1f} | {peak} | {first / seconds:.2f}x |")
+        print(f"| {label} | {1000 * seconds:.1f} | {args.batch_size / seconds:.1f} | {peak} | {first / seconds:.2f}x |")
         model.zero_grad(set_to_none=True)
 
 

@@ -2,6 +2,8 @@
 
     python tools/compare_official.py --official DIR --model ppma_tiny [--size 224 224]
         [--batch-size 8] [--threads 2] [--repeats 5] [--backend auto]
+    python tools/compare_official.py --official DIR --model mila_tiny --train --count [--batch-size 1]
+        [--autocast bf16] [--paths gpu]
 
 ``DIR``: a copy of the official repository of the model's family that you fetched (nothing
 official is shipped here): github.com/zhongchenzhao/PPMA (``ppma_*``), MzeroMiko/VMamba
@@ -20,6 +22,12 @@ and ``CrossScanF`` / ``CrossMergeF`` (called without the ``torch.cuda.device`` c
 CUDA calls replaced by the release's reference math: ``selective_scan_ref``, the fused add +
 RMSNorm as ``rms_norm_ref`` (fp32), and the causal depthwise conv as a padded ``conv1d`` + SiLU.
 MLLA and PPMA are plain PyTorch. Families: see :data:`OFFICIAL`.
+
+``--train --count``: instead, one training step of each model (AdamW, both in train mode, same
+input) counted by :func:`ppma.bench.step_count.count_training_step`: aten ops dispatched
+(forward, backward, optimizer), copies and the bytes they write, parameter tensors the optimizer
+updates. ``--autocast bf16`` runs the forward under bf16 autocast; ``--paths`` picks the layer
+arrangement of :mod:`ppma.layers.paths` for our model (default: the one training uses, ``gpu``).
 """
 from __future__ import annotations
 
@@ -185,6 +193,18 @@ def compare(ours, official, x, backend, repeats) -> tuple[float, float, float, f
     return error, mine, theirs, mine / theirs
 
 
+def print_step_counts(ours, official, x, args) -> None:
+    """One counted training step of each model (``--train --count``), ours with ``--paths``."""
+    from ppma.bench.step_count import count_training_step
+
+    autocast = torch.bfloat16 if args.autocast else None
+    counts = {"official": count_training_step(official, x, autocast),
+              f"ours ({args.paths} paths)": count_training_step(ours, x, autocast, paths=args.paths)}
+    shape = "x".join(map(str, x.shape))
+    for who, count in counts.items():
+        print(f"{args.model} {shape} train step, {who}: {count.row()}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--official", required=True, metavar="DIR", help="the fetched official repository")
@@ -195,7 +215,13 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--backend", default="auto", choices=["auto", "torch"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train", action="store_true", help="a training step instead of inference (with --count)")
+    parser.add_argument("--count", action="store_true", help="count ops and copies instead of timing (with --train)")
+    parser.add_argument("--autocast", choices=["bf16"], help="--count: the forward under bf16 autocast")
+    parser.add_argument("--paths", default="gpu", choices=["cpu", "gpu"], help="--count: our layer arrangement")
     args = parser.parse_args(argv)
+    if args.train != args.count:
+        parser.error("--train and --count go together (a counted training step)")
     if args.repeats < 1 or args.batch_size < 1 or args.threads < 1:
         parser.error("--repeats, --batch-size and --threads must be >= 1")
     torch.set_num_threads(args.threads)
@@ -203,6 +229,9 @@ def main(argv=None) -> None:
     official = load_official(args.official, args.model)
     ours = load_ours(args.model, official)
     x = torch.randn(args.batch_size, 3, *args.size)
+    if args.count:
+        print_step_counts(ours, official, x, args)
+        return
     error, mine, theirs, ratio = compare(ours, official, x, args.backend, args.repeats)
     print(f"{args.model} {args.batch_size}x3x{args.size[0]}x{args.size[1]} backend={args.backend} "
           f"threads={args.threads}: max rel err {error:.2e}; ours {mine:.3f} s, official {theirs:.3f} s "

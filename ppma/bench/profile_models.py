@@ -2,6 +2,8 @@
 
     python tools/profile_models.py ppma_tiny vmamba_tiny [--size 224 224] [--batch-size 8]
         [--features] [--threads 2] [--backends torch auto] [--repeats 5] [--top 12] [--rss] [--compare]
+    python tools/profile_models.py ppma_tiny vmamba_tiny vim_tiny mila_tiny --count [--size 64 64]
+        [--batch-size 1] [--autocast bf16] [--paths gpu]
 
 Per model, in one process: inference (``torch.inference_mode``) on random inputs, the backends of
 ``--backends`` (``PPMA_BACKEND``: ``torch``, the plain reference of every op, or ``auto``, the CPU
@@ -13,6 +15,9 @@ one run under ``torch.profiler`` (the ``--top`` ops by self CPU time) and one wi
 (inclusive seconds per module class, summed over the modules of that class that are not inside
 another module of the same class). ``--rss``: instead, the peak resident set size increase of one
 forward per backend, each in a fresh subprocess (the peak over the forward minus the RSS before).
+``--count``: instead, per model and backend, one training step counted by
+:func:`ppma.bench.step_count.count_training_step` (aten ops, copies and their bytes, optimizer
+tensors; per step, nearly independent of ``--size``), ``--paths`` choosing the layer arrangement.
 """
 from __future__ import annotations
 
@@ -118,6 +123,9 @@ def parse_args(argv=None):
     parser.add_argument("--rss", action="store_true", help="peak RSS increase per backend instead")
     parser.add_argument("--compare", action="store_true",
                         help="time the models against each other (interleaved), no profile")
+    parser.add_argument("--count", action="store_true", help="count the ops of a training step instead")
+    parser.add_argument("--autocast", choices=["bf16"], help="--count: the forward under bf16 autocast")
+    parser.add_argument("--paths", default="gpu", choices=["cpu", "gpu"], help="--count: the layer arrangement")
     parser.add_argument("--rss-child", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.batch_size < 1 or args.threads < 1:
@@ -134,6 +142,9 @@ def main(argv=None) -> None:
         print(f"{peak_rss_increase(args, *args.rss_child):.3f}")
         return
     shape = f"{args.batch_size}x3x{args.size[0]}x{args.size[1]}{' features' if args.features else ''}"
+    if args.count:
+        print_step_counts(args, shape)
+        return
     if args.compare and not args.rss:
         x = torch.randn(args.batch_size, 3, *args.size)
         models = {name: build(name, args.features) for name in args.models}
@@ -156,6 +167,19 @@ def main(argv=None) -> None:
         print(f"{name} {backend}: seconds per layer type (inclusive)")
         for layer, seconds in list(layer_times(model, x, backend).items())[: max(args.top, 8)]:
             print(f"  {layer:<32} {seconds:.3f}")
+
+
+def print_step_counts(args, shape: str) -> None:
+    """``--count``: one counted training step per model and backend."""
+    from ppma.bench.step_count import count_training_step
+
+    for name in args.models:
+        for backend in args.backends:
+            os.environ["PPMA_BACKEND"] = backend
+            torch.manual_seed(0)
+            count = count_training_step(build(name, args.features), torch.randn(args.batch_size, 3, *args.size),
+                                        torch.bfloat16 if args.autocast else None, paths=args.paths)
+            print(f"{name} {shape} {backend} train step ({args.paths} paths): {count.row()}")
 
 
 def print_medians(medians: dict, shape: str, repeats: int) -> None:

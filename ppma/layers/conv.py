@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .paths import paths_for
+
 
 class GridDepthwiseConv(nn.Conv2d):
     """``k x k`` depthwise conv (stride 1, 'same' padding, bias) on a channels-last grid.
@@ -22,3 +24,27 @@ class GridDepthwiseConv(nn.Conv2d):
         frames = x.flatten(0, -4)  # (B*T, H, W, C); a no-op for (B, H, W, C)
         y = self._conv_forward(frames.permute(0, 3, 1, 2), self.weight, self.bias).permute(0, 2, 3, 1)
         return y.reshape(x.shape)
+
+
+def add_to_conv_output(out: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """``out + other``, same shape, for ``out`` a fresh :class:`GridDepthwiseConv` output (a permuted
+    view of the conv's result): added into ``out`` where :func:`~ppma.layers.paths.paths_for`
+    updates views in place (CPU inference), else into a new tensor."""
+    return out.add_(other) if paths_for(out.device).update_views_in_place else out + other
+
+
+def channels_last_weight(conv: nn.Conv2d) -> nn.Conv2d:
+    """``conv`` with its weight stored channels-last (same values, same parameter), the layout in
+    which its gradient comes from channels-last inputs: else autograd copies every step's gradient
+    into the weight's layout. For convs that read permuted ``(B, H, W, C)`` grids. Its state dict
+    holds the weight contiguous, as any other (checkpoints and ``safetensors`` files unchanged)."""
+    with torch.no_grad():
+        conv.weight.set_(conv.weight.contiguous(memory_format=torch.channels_last))
+    conv.register_state_dict_post_hook(_contiguous_weight_in_state_dict)
+    return conv
+
+
+def _contiguous_weight_in_state_dict(module, state_dict, prefix, local_metadata) -> None:
+    key = prefix + "weight"
+    if key in state_dict:
+        state_dict[key] = state_dict[key].contiguous()

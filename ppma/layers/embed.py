@@ -8,6 +8,8 @@ import torch.fx
 from timm.layers import resample_abs_pos_embed, trunc_normal_
 from torch import nn
 
+from .conv import channels_last_weight
+
 
 class ConvStem(nn.Module):
     """Four 3x3 convs (strides 2, 1, 2, 1) with BatchNorm, GELU between: stride 4.
@@ -44,7 +46,7 @@ class ConvDownsample(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
-        self.conv = nn.Conv2d(in_dim, out_dim, 3, 2, 1)
+        self.conv = channels_last_weight(nn.Conv2d(in_dim, out_dim, 3, 2, 1))
         self.norm = nn.BatchNorm2d(out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,11 @@ The released model's parts, on channels-last grids ``(B, H, W, C)`` of any size:
 Module names follow the release (``cpe1``, ``in_proj``, ``act_proj``, ``dwc``, ``attn.qk``,
 ``attn.lepe``, ...), so that official checkpoints map onto them by path.
 
-The arithmetic is the release's, arranged for fewer passes over memory (on the CPU these
-narrow layers spend more time in elementwise passes and fresh allocations than in FLOPs): ``q``
+The arithmetic is the release's, in two arrangements that :mod:`ppma.layers.paths` chooses
+between. Training and GPUs take the released layout (channels-last ``q, k`` from one linear map,
+1x1 convs, residuals added), with no in-place update of a view (which autograd copies back whole).
+CPU inference is arranged for fewer passes over memory (on the CPU these narrow layers spend
+more time in elementwise passes and fresh allocations than in FLOPs): ``q``
 and ``k`` channels-first ``(B, C, N)``, where the rotary pairs are rows and every per-head product
 is a batched matmul without copies; the rotary angles cached per grid; ``elu + 1`` through the
 vectorized ``exp``; the residual of each positional conv folded into its kernel; eval-mode
@@ -31,8 +34,9 @@ from torch import nn
 
 from ppma._deprecation import renamed_attributes
 
-from .conv import GridDepthwiseConv
+from .conv import GridDepthwiseConv, add_to_conv_output
 from .layout import GRID_2D
+from .paths import paths_for
 
 
 def rope_rotations(height: int, width: int, dim: int, base: float = 10000.0,
@@ -67,6 +71,40 @@ def rope_tables(height: int, width: int, dim: int, base: float, device: torch.de
     if torch.compiler.is_compiling() or not isinstance(height, int) or not isinstance(width, int):
         return _rope_tables(height, width, dim, base, device)
     return _cached_rope_tables(height, width, dim, base, device)
+
+
+def _rope_phases(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
+    return torch.view_as_complex(rope_rotations(height, width, dim, base, device)).flatten(0, 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_rope_phases(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
+    with torch.inference_mode(False), torch.no_grad():
+        return _rope_phases(height, width, dim, base, device)
+
+
+def rope_phases(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
+    """complex64 ``(height * width, dim/2)``: ``cos a_p + i sin a_p`` of :func:`rope_rotations`, per
+    token and channel pair (the layout that rotates channels-last tokens); cached as :func:`rope_tables`."""
+    if torch.compiler.is_compiling() or not isinstance(height, int) or not isinstance(width, int):
+        return _rope_phases(height, width, dim, base, device)
+    return _cached_rope_phases(height, width, dim, base, device)
+
+
+def rotate_channels_last(x: torch.Tensor, height: int, width: int, dim: int, base: float) -> torch.Tensor:
+    """:class:`MILARotaryEmbedding` on channels-last tokens ``x`` ``(B, N, ..., dim)`` (``N = height *
+    width``; any dims between ``N`` and the channels share the rotation) -> fp32, same shape: the
+    channel pairs as complex numbers times the phases, one multiply (under ``torch.compile``, whose
+    Inductor generates no code for complex numbers, the same in real arithmetic, fused there)."""
+    pairs = x.float().unflatten(-1, (-1, 2))  # (B, N, ..., dim/2, 2)
+    between = [1] * (x.dim() - 3)
+    if torch.compiler.is_compiling():
+        rotations = rope_rotations(height, width, dim, base, x.device).view(height * width, *between, dim // 2, 2)
+        cos, sin, re, im = rotations[..., 0], rotations[..., 1], pairs[..., 0], pairs[..., 1]
+        return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).flatten(-2)
+    phases = rope_phases(height, width, dim, base, x.device)  # (N, dim/2)
+    phases = phases.view(phases.shape[0], *between, phases.shape[1])
+    return torch.view_as_real(torch.view_as_complex(pairs) * phases).flatten(-2)
 
 
 def rotate_channels_first(x: torch.Tensor, dim: int, base: float) -> torch.Tensor:
@@ -143,8 +181,11 @@ class InPlaceGELU(nn.GELU):
 
 
 def conv_plus_identity(conv: GridDepthwiseConv, x: torch.Tensor) -> torch.Tensor:
-    """``x + conv(x)`` on a channels-last grid ``(B, H, W, C)`` -> same shape, as one depthwise conv:
-    ``conv``'s kernel plus 1 at its centre."""
+    """``x + conv(x)`` on a channels-last grid ``(B, H, W, C)`` -> same shape: one depthwise conv
+    with ``conv``'s kernel plus 1 at its centre where :func:`~ppma.layers.paths.paths_for` folds
+    residuals, else a conv and an add."""
+    if not paths_for(x.device).fold_conv_residual:
+        return add_to_conv_output(conv(x), x)
     r = conv.kernel_size[0] // 2
     weight = conv.weight + F.pad(conv.weight.new_ones(conv.weight.shape[0], 1, 1, 1), (r, r, r, r))
     return conv._conv_forward(x.permute(0, 3, 1, 2), weight, conv.bias).permute(0, 2, 3, 1)
@@ -194,9 +235,10 @@ class MILAAttention(nn.Module):
 
     (the normaliser uses the un-rotated ``q, k``; ``lepe`` is a 3x3 depthwise conv).
 
-    ``q`` and ``k`` are computed channels-first, ``(B, C, N)``: each head is then a contiguous
-    ``(d, N)`` block, so the products over heads are batched matmuls without copies (only ``v``
-    is gathered per head), and ``1 / N`` goes into the ``N`` normalisers rather than ``k`` and ``v``.
+    In CPU inference ``q`` and ``k`` are computed channels-first, ``(B, C, N)``: each head is then a
+    contiguous ``(d, N)`` block, so the products over heads are batched matmuls without copies (only
+    ``v`` is gathered per head); elsewhere (:mod:`ppma.layers.paths`) as released, channels-last.
+    Either way ``1 / N`` goes into the ``N`` normalisers rather than ``k`` and ``v``.
 
     Forward: ``(B, H, W, C)`` -> ``(B, H, W, C)``.
     """
@@ -215,6 +257,11 @@ class MILAAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = check_tokens(x, self.dim)
+        if paths_for(x.device).qk_channels_first:
+            return self._forward_channels_first(x)
+        return self._forward_channels_last(x)
+
+    def _forward_channels_first(self, x: torch.Tensor) -> torch.Tensor:
         b, h, w, c = x.shape[0], x.shape[1], x.shape[2], self.dim
         n, heads = h * w, self.num_heads
         xt = x.reshape(b, n, c).transpose(1, 2)  # (B, C, N), a view
@@ -226,6 +273,22 @@ class MILAAttention(nn.Module):
         y = torch.bmm(q.transpose(1, 2), torch.bmm(k, v))  # (B h, N, d)
         out = self.lepe(x).reshape(b, n, heads, -1)
         out = out.addcmul_(y.view(b, heads, n, -1).transpose(1, 2), z.view(b, heads, n, 1).transpose(1, 2))
+        return out.view(b, h, w, c)
+
+    def _forward_channels_last(self, x: torch.Tensor) -> torch.Tensor:
+        """The released layout: ``q, k`` from one linear map to ``(B, N, 2C)``, rotated together;
+        the heads gathered once for ``q, k`` and once for ``v``."""
+        b, h, w, c = x.shape[0], x.shape[1], x.shape[2], self.dim
+        n, heads = h * w, self.num_heads
+        qk = F.elu(self.qk(x.reshape(b, n, c))).add_(1.0).view(b, n, 2, heads, -1)  # (B, N, 2, h, d)
+        z = (qk[:, :, 0] * qk[:, :, 1].mean(1, keepdim=True)).sum(-1)  # (B, N, h): q . mean_n(k)
+        z = z.add_(1e-6).mul_(n).reciprocal_()
+        rotated = rotate_channels_last(qk.view(b, n, 2, c), h, w, c, self.rope.base)  # (B, N, 2, C)
+        q, k = rotated.view(b, n, 2, heads, -1).permute(2, 0, 3, 1, 4).reshape(2, b * heads, n, -1)  # (B h, N, d)
+        v = x.reshape(b, n, heads, -1).transpose(1, 2).reshape(b * heads, n, -1)  # (B h, N, d)
+        y = torch.bmm(q, torch.bmm(k.transpose(1, 2), v))  # (B h, N, d)
+        out = torch.addcmul(self.lepe(x).reshape(b, n, heads, -1), y.view(b, heads, n, -1).transpose(1, 2),
+                            z.unsqueeze(-1))  # out of place: lepe's output is a view
         return out.view(b, h, w, c)
 
     def _features(self, xt: torch.Tensor, part: int) -> torch.Tensor:
@@ -310,7 +373,8 @@ class ConvNormAct(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch_stats = self.norm is not None and self.norm.training
         weight, bias = (self.conv.weight, self.conv.bias) if batch_stats else self.fused()
-        if self.conv.kernel_size == (1, 1) and self.conv.stride == (1, 1) and self.conv.groups == 1:
+        if self.conv.kernel_size == (1, 1) and self.conv.stride == (1, 1) and self.conv.groups == 1 \
+                and paths_for(x.device).conv1x1_as_linear:
             x = F.linear(x.permute(0, 2, 3, 1), weight.flatten(1), bias).permute(0, 3, 1, 2)
         else:
             x = self.conv._conv_forward(x, weight, bias)
@@ -340,7 +404,9 @@ class MILAStem(nn.Module):
                                    ConvNormAct(4 * dim, dim, 1, bias=False, act=None))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv1(x.contiguous(memory_format=torch.channels_last))
+        if paths_for(x.device).channels_last_stem:
+            x = x.contiguous(memory_format=torch.channels_last)
+        x = self.conv1(x)
         x = self.conv2(x).add_(x)
         return self.conv3(x).permute(0, 2, 3, 1)
 

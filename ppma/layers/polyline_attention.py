@@ -8,7 +8,7 @@ from ppma._deprecation import renamed_attributes, renamed_keyword, renamed_prope
 from ppma.ops import polyline_attention, polyline_linear_attention
 from ppma.ops.polyline_attention import FORMS
 
-from .conv import GridDepthwiseConv
+from .conv import GridDepthwiseConv, add_to_conv_output
 from .decay import DecayGenerator
 from .layout import GRID_LAYOUTS
 from .rope import RasterRotaryEmbedding
@@ -143,8 +143,8 @@ class PolylineAttention(nn.Module):
         else:
             out = polyline_attention(q, k, v, log_alpha, log_beta, log_gamma, kind=self.kind, form=self.form)
         # the heads merged by the sum with lepe, which lays them out as lepe (B, *grid, heads, d):
-        # added into lepe, the conv's fresh output
-        out = lepe.unflatten(-1, (self.num_heads, self.head_dim)).add_(out.movedim(1, -2))
+        # added into lepe, the conv's fresh output, in CPU inference
+        out = add_to_conv_output(lepe.unflatten(-1, (self.num_heads, self.head_dim)), out.movedim(1, -2))
         return self.out_proj(out.flatten(-2))
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ppma.ops import cross_selective_scan
 
+from .conv import channels_last_weight
 from .layout import GRID_2D
 
 FORWARD_TYPES = ("v05_noz", "v0")
@@ -155,7 +156,7 @@ class VMambaStem(nn.Module):
         self.conv1 = nn.Conv2d(in_chans, dim // 2, 3, 2, 1)
         self.norm1 = nn.LayerNorm(dim // 2)
         self.act = nn.GELU()
-        self.conv2 = nn.Conv2d(dim // 2, dim, 3, 2, 1)
+        self.conv2 = channels_last_weight(nn.Conv2d(dim // 2, dim, 3, 2, 1))
         self.norm2 = nn.LayerNorm(dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -187,7 +188,7 @@ class VMambaDownsample(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
-        self.conv = nn.Conv2d(in_dim, out_dim, 3, 2, 1)
+        self.conv = channels_last_weight(nn.Conv2d(in_dim, out_dim, 3, 2, 1))
         self.norm = nn.LayerNorm(out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,12 @@ Configs name them in their ``optim_wrapper``::
 
 They are registered in mmengine's ``OPTIM_WRAPPER_CONSTRUCTORS``, which the registries of mmdet
 and mmseg fall back on.
+
+Both hand the optimizer one parameter group per distinct setting (:func:`merge_param_groups`), not
+mmengine's one group per parameter: ``torch.optim``'s multi-tensor (``foreach``, the CUDA default)
+and ``fused`` updates batch the tensors of one group, so a group per parameter costs a dozen
+kernel launches per parameter and step. (An optimizer state saved with one group per parameter,
+before this, does not load into the merged groups: resume such a run from its weights.)
 """
 from __future__ import annotations
 
@@ -27,6 +33,19 @@ from torch import nn
 
 from ppma.models.backbone import TimmBackbone
 from ppma.models.skeleton import HierarchicalBackbone
+
+
+def merge_param_groups(groups: list[dict]) -> list[dict]:
+    """The parameter groups of ``groups`` with equal settings (every key but ``params``) merged,
+    in the order of their first group; the parameters keep their order."""
+    merged = {}
+    for group in groups:
+        key = repr(sorted((k, v) for k, v in group.items() if k != "params"))
+        if key in merged:
+            merged[key]["params"].extend(group["params"])
+        else:
+            merged[key] = dict(group, params=list(group["params"]))
+    return list(merged.values())
 
 
 def no_weight_decay_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -57,8 +76,8 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     ``paramwise_cfg`` works as in :class:`~mmengine.optim.DefaultOptimWrapperConstructor`
     (``custom_keys``, ``norm_decay_mult``, ...), learning-rate settings included; the declared
-    parameters then get ``weight_decay=0`` (``decay_mult=0``) whatever matched them. Every
-    parameter gets its own group, also without ``paramwise_cfg``.
+    parameters then get ``weight_decay=0`` (``decay_mult=0``) whatever matched them. The
+    parameters of equal settings then share a group (:func:`merge_param_groups`).
     """
 
     def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg: dict | None = None):
@@ -66,7 +85,14 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     def add_params(self, params: list[dict], module: nn.Module, prefix: str = "", is_dcn_module=None) -> None:
         super().add_params(params, module, prefix, is_dcn_module)
-        if prefix or self.base_wd is None:  # a recursive call (the top-level one finishes), or no decay at all
+        if prefix:  # a recursive call: the top-level one finishes
+            return
+        self.adjust_groups(params, module)
+        params[:] = merge_param_groups(params)
+
+    def adjust_groups(self, params: list[dict], module: nn.Module) -> None:
+        """Set the settings of the one-parameter groups of ``module`` (before they are merged)."""
+        if self.base_wd is None:  # no decay at all
             return
         no_decay = {id(p) for p in no_weight_decay_parameters(module).values()}
         for group in params:
@@ -115,10 +141,8 @@ class LayerDecayOptimWrapperConstructor(NoDecayOptimWrapperConstructor):
         self.layer_decay_rate = float(rate)
         super().__init__(optim_wrapper_cfg, paramwise_cfg or None)
 
-    def add_params(self, params: list[dict], module: nn.Module, prefix: str = "", is_dcn_module=None) -> None:
-        super().add_params(params, module, prefix, is_dcn_module)
-        if prefix:  # a recursive call: the top-level one finishes
-            return
+    def adjust_groups(self, params: list[dict], module: nn.Module) -> None:
+        super().adjust_groups(params, module)
         scales = {}
         backbones = [m for m in module.modules() if isinstance(m, TimmBackbone)]
         if not backbones:

@@ -6,7 +6,13 @@ mmengine's Runner.
     python tools/train.py CONFIG --work-dir work_dirs/run1 --cfg-options train_cfg.max_iters=200
     python tools/train.py CONFIG --work-dir work_dirs/run1 --resume       # latest checkpoint there
     python tools/train.py CONFIG --resume work_dirs/run1/iter_100.pth     # that checkpoint
+    python tools/train.py CONFIG --compile                                # torch.compile, Inductor
+    python tools/train.py CONFIG --compile aot_eager                      # another compiler backend
     bash tools/dist_train.sh CONFIG 8                                     # 8 processes (torchrun)
+
+``--compile [BACKEND]`` sets mmengine's ``cfg.compile`` (a config may set ``compile = True`` or
+``compile = dict(backend=...)`` itself): the runner compiles the model's ``train_step`` with
+``torch.compile``; ppma's ops stay single custom ops in the graph.
 
 On a machine without CUDA, SyncBN becomes BN and distributed runs use gloo (ppma.mm.runtime).
 """
@@ -30,6 +36,9 @@ def parse_args(argv=None):
                         help="resume from CHECKPOINT, or, without a value, from the latest "
                              "checkpoint in the work dir")
     parser.add_argument("--amp", action="store_true", help="mixed precision (needs CUDA)")
+    parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                        help="torch.compile the train step (mmengine's cfg.compile), with BACKEND "
+                             "(default inductor)")
     parser.add_argument("--auto-scale-lr", action="store_true",
                         help="scale the lr by the actual total batch over auto_scale_lr's base")
     parser.add_argument("--cfg-options", nargs="+", action=DictAction, metavar="KEY=VALUE",
@@ -53,6 +62,8 @@ def main(argv=None):
         if "enable" not in cfg.get("auto_scale_lr", {}):
             parser.error("--auto-scale-lr needs auto_scale_lr=dict(base_batch_size=...) in the config")
         cfg.auto_scale_lr.enable = True
+    if args.compile:
+        cfg.compile = dict(backend=args.compile)
     if args.resume == "auto":
         cfg.resume, cfg.load_from = True, None
     elif args.resume:

@@ -133,3 +133,19 @@ def test_layer_decay_needs_a_rate_and_one_of_our_backbones():
         build_optim_wrapper(nn.Linear(2, 2), dict(cfg, paramwise_cfg=dict(layer_decay_rate=1.5)))
     with pytest.raises(ValueError, match="no backbone of this package"):
         build_optim_wrapper(nn.Linear(2, 2), dict(cfg, paramwise_cfg=dict(layer_decay_rate=0.9)))
+
+
+def test_one_group_per_setting_for_multi_tensor_updates():
+    import timm
+
+    model = with_head(timm.create_model("test_vim", features_only=True))  # 4 blocks: 6 layer ids
+    cfg = dict(constructor=LAYER_DECAY, optimizer=dict(type="AdamW", lr=1.0, weight_decay=0.05, foreach=True),
+               paramwise_cfg=dict(layer_decay_rate=0.5, flat_decay_mult=0.0))
+    wrapper = build_optim_wrapper(model, cfg)
+    settings = [(g["lr"], g["weight_decay"]) for g in wrapper.optimizer.param_groups]
+    assert len(settings) == len(set(settings)) == 12  # decay / no decay at each of the 6 layer ids
+    params = [p for g in wrapper.optimizer.param_groups for p in g["params"]]
+    assert sorted(map(id, params)) == sorted(id(p) for p in model.parameters())  # each once
+    model.head.weight.grad = torch.ones_like(model.head.weight)
+    wrapper.step()  # the multi-tensor update runs over the merged groups
+    assert wrapper.optimizer.state[model.head.weight]["step"] == 1

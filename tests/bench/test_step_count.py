@@ -1,0 +1,44 @@
+"""ppma.bench.step_count: the ops, copies and bytes of one training step, pinned per tiny preset.
+
+A change that adds ops or copies to a training step moves these counts (they follow the layers,
+not the input size); update the pins only for a change that means to, and say why in its commit.
+"""
+import pytest
+import timm
+import torch
+
+import ppma  # noqa: F401  (registers the presets)
+from ppma.bench.step_count import OpCounter, count_training_step
+
+# preset -> (ops, ops with a kernel, copies, MiB copied), one step at 2x3x64x64, fp32, the
+# training arrangement (ppma.layers.paths.GPU_PATHS), PPMA_BACKEND=auto (CPU kernels, one op each)
+PINNED = {
+    "ppma_tiny": (4852, 1732, 217, 8.02),
+    "vmamba_tiny": (2207, 742, 1, 0.02),
+    "vim_tiny": (7198, 3289, 144, 8.37),
+    "mila_tiny": (5982, 2138, 117, 7.11),
+}
+
+
+def test_counter_sees_copies_views_and_kernels():
+    x = torch.randn(3, 5)
+    with OpCounter() as counter:
+        x.t().clone()
+        x.to(torch.float64)
+        (x + 1).relu_()
+    assert counter.by_op == {"aten::t": 1, "aten::clone": 1, "aten::_to_copy": 1, "aten::add": 1, "aten::relu_": 1}
+    assert counter.kernel_ops == 4 and counter.copies == 2
+    assert counter.copied_bytes == 15 * 4 + 15 * 8
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_training_step_counts_are_pinned(name, monkeypatch):
+    monkeypatch.setenv("PPMA_BACKEND", "auto")
+    torch.manual_seed(0)
+    model = timm.create_model(name)
+    count = count_training_step(model, torch.randn(2, 3, 64, 64))
+    got = (count.ops, count.kernel_ops, count.copies, count.copied_bytes / 2**20)
+    for what, pinned, value in zip(("ops", "kernel ops", "copies", "MiB copied"), PINNED[name], got):
+        assert abs(value - pinned) <= 0.1 * pinned + 0.05, f"{name}: {what} {value} per step, pinned {pinned}"
+    assert count.optimizer_tensors == sum(1 for p in model.parameters() if p.requires_grad)
+    assert count.by_op["aten::_foreach_add_"] >= 1  # the optimizer's update is counted too
