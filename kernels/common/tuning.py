@@ -10,8 +10,8 @@ say which configuration fits which GPU.
   kernel's ``variant(args)`` (``args``: argument name -> Triton type such as ``'*fp16'`` for a
   pointer, the value for a constexpr). The configuration is what the autotuner varies.
 - :data:`SHARED_MEMORY_LIMIT`: the most shared memory one program may use, per architecture.
-  ``tools/kernel_resources.py`` compiles every kernel module's ``compile_cases()`` for every
-  architecture in :data:`ARCHS` and writes :data:`RESOURCES_PATH`; :func:`fitting_configs` reads
+  :mod:`.resources` (``tools/kernel_resources.py``) compiles every kernel module's ``compile_cases()``
+  for every architecture in :data:`ARCHS` and writes :data:`RESOURCES_PATH`; :func:`fitting_configs` reads
   it to prune, before timing, the configurations that do not fit the running GPU.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ ARCHS = tuple(SHARED_MEMORY_LIMIT)
 RESOURCES_PATH = Path(__file__).with_name("resources.json")
 # The modules (below ``ppma.kernels``) whose kernels the table covers: each has ``compile_cases()``.
 KERNEL_MODULES = ("polyline_attention.vanilla", "polyline_attention.line", "selective_scan.scan",
-                  "polyline_scan.decay_scan")
+                  "polyline_scan.decay_scan", "polyline_scan.plane_scan")
 
 TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 
@@ -44,7 +44,8 @@ class CompileCase:
 
     ``signature``: every non-constexpr argument's Triton type (``'*bf16'``, ``'i32'``, ...);
     ``constexprs``: every constexpr argument's value; ``name``: what the resource table calls it,
-    ``'<kernel> | <variant> | <config>'`` (:func:`cases_of` builds it).
+    ``'<kernel> | <variant> | <config>'`` (:func:`cases_of` builds it); ``same_as``: the name of a
+    case with the same layout (fp16 as bf16) whose numbers this row takes, uncompiled.
     """
 
     name: str
@@ -54,6 +55,7 @@ class CompileCase:
     num_warps: int = 4
     num_stages: int = 2
     options: dict[str, Any] = field(default_factory=dict)
+    same_as: str | None = None
 
 
 @dataclass(frozen=True)

@@ -447,7 +447,8 @@ def decay_grads(x: torch.Tensor, grad: torch.Tensor, log_alpha: torch.Tensor, lo
 
 def compile_cases() -> list[tuning.CompileCase]:
     """Every configuration of both kernels, order ``'both'`` (the most registers), at the widest
-    rows its register budget admits (:func:`_register_fit`), in fp32, fp16 and bf16."""
+    rows its register budget admits (:func:`_register_fit`), in fp32, fp16 and bf16 (fp16's rows
+    take bf16's numbers, uncompiled: the same layout)."""
     cases = []
     for tuned, per_thread, io in [(_plane_fwd_kernel, FWD_ELEMENTS_PER_THREAD, ("x_ptr", "y_ptr")),
                                   (_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, ("x_ptr", "g_ptr"))]:
@@ -460,7 +461,8 @@ def compile_cases() -> list[tuning.CompileCase]:
                 signature = tuning.signature(tuned, pointers)
                 constexprs = {"V2H": True, "H2V": True, "ACC": tl.float32, "BLOCK_W": block_w, "INTERPRET": False}
                 variant = tuned.tuning.variant({**signature, **constexprs})
+                same_as = tuning.row_name(tuned.tuning.kernel_id, variant.replace("fp16", "bf16", 1), config)
                 cases.append(tuning.CompileCase(tuning.row_name(tuned.tuning.kernel_id, variant, config), tuned.fn,
                                                 signature, {**constexprs, **config.kwargs}, config.num_warps,
-                                                config.num_stages))
+                                                config.num_stages, same_as=same_as if dtype == "fp16" else None))
     return cases

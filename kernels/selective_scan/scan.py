@@ -173,13 +173,10 @@ def _tile_inputs(u_ptr, delta_ptr, Bt, b, g, jd, d_ok, p, t_ok, A, bias,
 
 def _variant(args) -> str:
     """``'bf16 N<=16'``: the resource table's name of a launch (:mod:`~ppma.kernels.common.tuning`):
-    its dtype, its state block, ``routes`` on VMamba's routes, ``plain`` without any of ``D``,
-    ``z``, ``delta_bias``, softplus (a launch with some counts as one with all)."""
+    its dtype, its state block, ``routes`` on VMamba's routes (a launch with some or none of ``D``,
+    ``z``, ``delta_bias``, softplus counts as one with all: the most registers)."""
     name = f"{args['u_ptr'][1:]} N{tuning.bucket(args['BLOCK_N'], (1, 16))}"
-    if args["ROUTES"]:
-        return f"{name} routes"
-    options = ("HAS_D", "HAS_Z", "HAS_BIAS", "SOFTPLUS")
-    return name if any(args[k] for k in options) else f"{name} plain"
+    return f"{name} routes" if args["ROUTES"] else name
 
 
 @tuning.autotune(FWD_CONFIGS, key=["L", "dpg", "N", "G"], variant=_variant, prune=_prune_fwd)
@@ -520,15 +517,15 @@ def _largest_tile(config: triton.Config, block_n: int, per_thread: int, elements
 def compile_cases() -> list[tuning.CompileCase]:
     """Every configuration of both kernels at its longest tile, for fp32, fp16 and bf16 inputs,
     ``N`` of 1 and 16: on ``(batch, dim, L)`` sequences (time strides 1, as contiguous inputs
-    specialize) with every optional input and with none (``plain``); along VMamba's routes
-    (channel strides 1, ``D``, ``delta_bias``, softplus, tiles of at most ``ROUTE_TILE_ELEMENTS``).
-    Named ``'<kernel> | <variant> | <config>'`` (:func:`_variant`)."""
+    specialize) with every optional input; along VMamba's routes (channel strides 1, ``D``,
+    ``delta_bias``, softplus, tiles of at most ``ROUTE_TILE_ELEMENTS``). Named ``'<kernel> |
+    <variant> | <config>'`` (:func:`_variant`). fp16 rows take bf16's numbers (``same_as``: the
+    same layout), uncompiled."""
     from .routes import ROUTE_TILE_ELEMENTS
 
     sequences = ("u_ptr", "delta_ptr", "B_ptr", "C_ptr", "z_ptr", "y_ptr", "gy_ptr", "gu_ptr", "gdelta_ptr", "gz_ptr")
     variants = [  # (unit-stride axis, options, tile elements)
         ("t", dict(HAS_D=True, HAS_Z=True, HAS_BIAS=True, SOFTPLUS=True, ROUTES=False), TILE_ELEMENTS),
-        ("t", dict(HAS_D=False, HAS_Z=False, HAS_BIAS=False, SOFTPLUS=False, ROUTES=False), TILE_ELEMENTS),
         ("d", dict(HAS_D=True, HAS_Z=False, HAS_BIAS=True, SOFTPLUS=True, ROUTES=True), ROUTE_TILE_ELEMENTS),
     ]
     cases = []
@@ -546,8 +543,10 @@ def compile_cases() -> list[tuning.CompileCase]:
                     variant = _variant({**signature, **launch})
                     for config in tuned.tuning.configs:
                         block_t = _largest_tile(config, block_n, prune_budget, elements)
+                        same_as = tuning.row_name(tuned.tuning.kernel_id, variant.replace("fp16", "bf16", 1), config)
                         cases.append(tuning.CompileCase(
                             tuning.row_name(tuned.tuning.kernel_id, variant, config), tuned.fn, signature,
                             dict(launch, BLOCK_T=block_t, **config.kwargs), config.num_warps, config.num_stages,
-                            {"maxnreg": config.maxnreg} if config.maxnreg else {}))
+                            {"maxnreg": config.maxnreg} if config.maxnreg else {},
+                            same_as if dtype == "fp16" else None))
     return cases

@@ -1,8 +1,10 @@
-"""The resource table (``kernels/common/resources.json``, written by ``tools/kernel_resources.py``)
-and the pruning it drives: every launch's configurations are in it, each kernel variant has a
+"""The resource table (``kernels/common/resources.json``, written by ``tools/kernel_resources.py``
+through :mod:`ppma.kernels.common.resources`) and the pruning it drives: every kernel module's
+compile cases are in it, every launch's configurations too, each kernel variant has a
 configuration that fits every architecture, pruning drops exactly the ones that do not fit, and a
-few rows compiled again for sm_90 (those of the vanilla launches that ran out of shared memory on
-an H200, and one of every other kernel) give the table's numbers.
+few rows compiled again (those of the vanilla launches that ran out of shared memory on an H200,
+one of every other kernel, and samples of the rows copied from another dtype or architecture)
+give the table's numbers.
 
 Compiling needs no GPU (``triton.compile`` with an explicit target), but runs in a subprocess:
 ``TRITON_INTERPRET=1`` replaces ``@triton.jit`` at import time.
@@ -12,29 +14,33 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pkgutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.runtime.autotuner import Autotuner  # noqa: E402
+import triton
+import triton.language as tl
+from triton.runtime.autotuner import Autotuner
 
-from ppma.kernels.common import tuning  # noqa: E402
-from ppma.kernels.polyline_attention import criss_cross, line, vanilla  # noqa: E402
-from ppma.kernels.polyline_scan import decay_scan  # noqa: E402
-from ppma.kernels.selective_scan import scan  # noqa: E402
+import ppma.kernels
+from ppma.kernels.common import tuning
+from ppma.kernels.polyline_attention import criss_cross, vanilla
+from ppma.kernels.polyline_scan import decay_scan
+from ppma.kernels.selective_scan import scan
 
-KERNELS = [vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
-           line._line_fwd_kernel, line._line_bwd_kernel,
-           scan._selective_scan_fwd_kernel, scan._selective_scan_bwd_kernel,
-           decay_scan._decay_scan_fwd_kernel, decay_scan._decay_scan_bwd_kernel]
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "kernel_resources.py"
+# Every module below ppma.kernels with compile cases, and every autotuned kernel of those.
+MODULES = {info.name.split("kernels.", 1)[1]: importlib.import_module(info.name)
+           for info in pkgutil.walk_packages(ppma.kernels.__path__, "ppma.kernels.")}
+MODULES = {name: module for name, module in MODULES.items()  # defined there, not re-exported
+           if getattr(getattr(module, "compile_cases", None), "__module__", None) == module.__name__}
+TUNED = {value.tuning.kernel_id: value for module in MODULES.values() for value in vars(module).values()
+         if isinstance(getattr(value, "tuning", None), tuning.Tuning)
+         and value.tuning.kernel_id.rsplit(".", 1)[0] == module.__name__.split("kernels.", 1)[1]}
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +60,15 @@ def variants(table):
 
 
 def test_the_table_has_every_compile_case_on_every_architecture(table):
-    modules = [importlib.import_module(f"ppma.kernels.{name}") for name in tuning.KERNEL_MODULES]
-    assert {vanilla, line, scan, decay_scan} == set(modules)
-    names = [case.name for module in modules for case in module.compile_cases()]
-    assert sorted(names) == sorted(table), "the table is stale: run tools/kernel_resources.py"
-    for name, row in table.items():
-        assert sorted(row) == sorted(f"sm_{a}" for a in tuning.ARCHS), name
+    assert set(tuning.KERNEL_MODULES) == set(MODULES), "a kernel module with compile_cases() is not in KERNEL_MODULES"
+    cases = [case for module in MODULES.values() for case in module.compile_cases()]
+    assert sorted(case.name for case in cases) == sorted(table), "the table is stale: run tools/kernel_resources.py"
+    assert {name.split(" | ")[0] for name in table} == set(TUNED), "a tuned kernel has no compile case"
+    for case in cases:
+        assert sorted(table[case.name]) == sorted(f"sm_{a}" for a in tuning.ARCHS), case.name
+        if case.same_as:  # uncompiled: the numbers of a case of the same kernel and configuration
+            assert table[case.name] == table[case.same_as], case.name
+            assert case.name.split(" | ")[::2] == case.same_as.split(" | ")[::2], case.name
 
 
 def test_the_first_configuration_of_every_variant_fits_every_architecture(table):
@@ -107,7 +116,9 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         x, ld = torch.randn(1, 1, 1, 3, 4, 2).to(dtype), -torch.rand(1, 1, 1, 3, 4)
         decay_scan.decay_scan_fwd(x, ld, 3, dtype)
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
-    assert {t.kernel_id for t, _ in launches} == {k.tuning.kernel_id for k in KERNELS}
+    launched_modules = ("polyline_attention.vanilla", "polyline_attention.line", "selective_scan.scan",
+                        "polyline_scan.decay_scan")
+    assert {t.kernel_id for t, _ in launches} == {k for k in TUNED if k.rsplit(".", 1)[0] in launched_modules}
     for t, variant in launches:
         names = [tuning.row_name(t.kernel_id, variant, config) for config in t.configs]
         if "paper" in variant:  # not in the table: the first configuration runs (checked below)
@@ -119,11 +130,13 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
 
 
 def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monkeypatch):
-    kernels = {k.tuning.kernel_id: k.tuning for k in KERNELS}
     for (kernel, variant), names in variants(table).items():
-        t = kernels[kernel]
+        t = TUNED[kernel].tuning
+        # The configurations the variant has rows for: all of them, or (plane_scan, whose variant
+        # names the row width) those its register pruning keeps at that width.
+        configs = [c for c in t.configs if tuning.row_name(kernel, variant, c) in table]
         for arch in tuning.ARCHS:
-            kept = tuning.fitting_configs(t, variant, t.configs, divmod(arch, 10))
+            kept = tuning.fitting_configs(t, variant, configs, divmod(arch, 10))
             assert [tuning.row_name(kernel, variant, c) for c in kept] == [n for n in names if tuning.fits(table[n], arch)]
     # Through the autotuner's prune hook, at the H200's failing launch (3-D fp32, head dim 16).
     t = vanilla._fwd_kernel.tuning
@@ -173,12 +186,13 @@ def test_nothing_fitting_raises_a_clear_error(resource_table):
 
 CHECK = r"""
 import json, sys
-sys.path.insert(0, sys.argv[2])
-import kernel_resources as tool
-from ppma.kernels.common import tuning
+from ppma.kernels.common import resources, tuning
 from ppma.kernels.polyline_attention import vanilla
 
-measured = tool.measure({name: tool.all_rows()[name] for name in json.loads(sys.argv[1])}, [90], jobs=2)
+rows, samples = json.loads(sys.argv[1])
+measured = resources.measure(rows, [90], jobs=2)
+# Rows copied from another case (same_as) or architecture (ARCH_SAME_AS), compiled themselves.
+copied = {f"{name} @ sm_{arch}": resources.compile_case(resources.all_cases()[name], arch) for name, arch in samples}
 # Launches without rows run the first configuration alone: the paper form (3-D fp32, head dim 16,
 # an H200 failure) and head dims above the table's 32 (3-D fp32 official at 128, both kernels).
 first = {}
@@ -187,19 +201,21 @@ for kernel, paper, head in ((vanilla._fwd_kernel, True, 16), (vanilla._fwd_kerne
     pointers = {name: "*fp32" for name in vanilla.INPUT_POINTERS + vanilla.FP32_POINTERS}
     constexprs = dict(IS_3D=True, PAPER=paper, PRECISION="ieee", COLS=16, BLOCK_D=head, BLOCK_DV=head)
     case = tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)[0]
-    first[case.name] = {f"sm_{arch}": tool.compile_case(case, arch) for arch in (86, 90)}
+    first[case.name] = {f"sm_{arch}": resources.compile_case(case, arch) for arch in (86, 90)}
 kernel = vanilla._fwd_kernel
 wiring = dict(key=kernel.keys, prunes=kernel.early_config_prune is not None, configs=len(kernel.configs))
-print(json.dumps(dict(measured=measured, first=first, wiring=wiring)))
+print(json.dumps(dict(measured=measured, copied=copied, first=first, wiring=wiring)))
 """
 
 
 def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
     """The vanilla forward at the H200's failing launches (3-D, head dim 16: fp32 and fp16 official
     with the largest configuration pruning keeps on sm_90; fp32 paper, which has no rows and runs
-    the first one) and one row of every other kernel: compiled again for sm_90, the same shared
-    memory, registers and spills as the table, within the limit. The first configuration at head
-    dim 128 (no rows either) fits sm_86 and sm_90 too."""
+    the first one) and the first row of every other kernel: compiled again for sm_90, the same
+    shared memory, registers and spills as the table, within the limit. A row copied from another
+    dtype (``same_as``) compiled for sm_89 (copied from sm_86), and the vanilla fp16 row on sm_89:
+    the table's numbers (the fp16 row: bf16's shared memory, at most its registers and spills). The first configuration at head dim 128 (no rows either) fits sm_86
+    and sm_90."""
     t = vanilla._fwd_kernel.tuning
     rows = []
     for dtype in ("fp32", "fp16"):
@@ -207,15 +223,13 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
                              "COLS": 16})
         kept = tuning.fitting_configs(t, variant, t.configs, (9, 0))
         rows.append(tuning.row_name(t.kernel_id, variant, kept[-1]))  # the largest tile kept
-    for kernel, variant in (("polyline_attention.vanilla._bwd_dkdv_kernel", "bf16 3d official d<=32 cols16"),
-                            ("polyline_attention.line._line_bwd_kernel", "bf16 official d<=32"),
-                            ("selective_scan.scan._selective_scan_bwd_kernel", "bf16 N<=16"),
-                            ("selective_scan.scan._selective_scan_fwd_kernel", "fp32 N<=1"),
-                            ("polyline_scan.decay_scan._decay_scan_bwd_kernel", "fp64 acc fp64"),
-                            ("polyline_scan.decay_scan._decay_scan_fwd_kernel", "bf16 acc fp32")):
-        rows.append(next(n for n in table if n.startswith(f"{kernel} | {variant} | ")))
+    cases = {case.name: case for module in MODULES.values() for case in module.compile_cases()}
+    for kernel in sorted(set(TUNED) - {t.kernel_id}):
+        rows.append(next(n for n in table if n.startswith(f"{kernel} | ") and not cases[n].same_as))
+    copied = next(name for name, case in cases.items() if case.same_as)
+    samples = [(copied, 89), (rows[1], 89)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps(rows), str(TOOL.parent)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", CHECK, json.dumps([rows, samples])], env=env, capture_output=True,
                           text=True, timeout=900, check=False)
     if proc.returncode != 0 and "No module named 'triton.backends.nvidia" in proc.stderr:
         pytest.skip("this Triton build has no NVIDIA backend")
@@ -225,6 +239,13 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
         got = result["measured"][name]["sm_90"]
         assert got == table[name]["sm_90"], name
         assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[90], name
+    # sm_89 is sm_86 to the byte and register; an fp16 row has bf16's shared memory, and no more
+    # registers or spills than bf16's (which the table gives it).
+    (copied_name, _), (own_name, _) = samples
+    assert result["copied"][f"{own_name} @ sm_89"] == table[own_name]["sm_89"], own_name
+    got, want = result["copied"][f"{copied_name} @ sm_89"], table[copied_name]["sm_89"]
+    assert got["shared"] == want["shared"] and got["registers"] <= want["registers"], (copied_name, got, want)
+    assert got["spills"] <= want["spills"], (copied_name, got, want)
     # What launches without rows run: the first configuration, within the limits.
     assert len(result["first"]) == 3
     for name, by_arch in result["first"].items():

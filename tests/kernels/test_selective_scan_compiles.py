@@ -3,7 +3,7 @@ shared memory within 101,376 bytes (the least of the supported GPUs'), and vecto
 contiguous axis.
 
 ``triton.compile`` with an explicit target runs Triton's bundled ``ptxas`` on this CPU machine;
-``ptxas -v`` with Triton's options (``tools/kernel_resources.py``'s ``ptxas_usage``) reports
+``ptxas -v`` with Triton's options (:func:`ppma.kernels.common.resources.ptxas_usage`) reports
 registers and spills. The cases are the ones
 ``compile_cases()`` lists (every configuration; the resource table compiles them all), a few
 here: bf16, forward and backward, the first configuration (the one the interpreter runs) with
@@ -19,23 +19,18 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 SCRIPT = r"""
 import json, re, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from ppma.kernels.common.resources import ptxas_usage  # ptxas -v with Triton's options
 from ppma.kernels.selective_scan import compile_cases
-
-sys.path.insert(0, sys.argv[1])
-from kernel_resources import ptxas_usage  # ptxas -v with Triton's options
 
 UNALIGNED = ("N", "G", "n_tiles", "height", "width")  # sizes not multiples of 16 in general
 picked = {}
@@ -68,7 +63,7 @@ json.dump(out, sys.stdout)
 @pytest.fixture(scope="module")
 def resources():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(TOOLS)], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                           timeout=900)
     if proc.returncode != 0 and "No module named 'triton.backends.nvidia" in proc.stderr:
         pytest.skip("this Triton build has no NVIDIA backend")
