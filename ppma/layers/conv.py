@@ -46,5 +46,6 @@ def channels_last_weight(conv: nn.Conv2d) -> nn.Conv2d:
 
 def _contiguous_weight_in_state_dict(module, state_dict, prefix, local_metadata) -> None:
     key = prefix + "weight"
-    if key in state_dict:
+    # keep_vars=True (torch.jit's tracer collects parameters so) holds the Parameter itself: kept
+    if key in state_dict and not isinstance(state_dict[key], nn.Parameter):
         state_dict[key] = state_dict[key].contiguous()

@@ -94,8 +94,9 @@ def check_recipe(model, cfg, name):
     rate = cfg.optim_wrapper.get("paramwise_cfg", {}).get("layer_decay_rate")
     if rate is not None:  # plain Vim: block i's lr is lr * rate**(depth - i), the stem's rate**(depth + 1)
         depth, lr = len(model.backbone.model.blocks), optimizer.lr
-        lrs = {n: g["lr"] for g in build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups
-               for n in [next(k for k, p in model.named_parameters() if p is g["params"][0])]}
+        names = {id(p): k for k, p in model.named_parameters()}
+        lrs = {names[id(p)]: g["lr"] for g in build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups
+               for p in g["params"]}
         assert lrs[f"backbone.model.blocks.{depth - 1}.norm.weight"] == pytest.approx(lr * rate)
         assert lrs["backbone.model.stem.proj.weight"] == pytest.approx(lr * rate ** (depth + 1))
         assert lrs["decode_head.conv_seg.weight"] == lr
