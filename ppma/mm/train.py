@@ -10,9 +10,10 @@ mmengine's Runner.
     python tools/train.py CONFIG --compile aot_eager                      # another compiler backend
     bash tools/dist_train.sh CONFIG 8                                     # 8 processes (torchrun)
 
-``--compile [BACKEND]`` sets mmengine's ``cfg.compile`` (a config may set ``compile = True`` or
-``compile = dict(backend=...)`` itself): the runner compiles the model's ``train_step`` with
-``torch.compile``; ppma's ops stay single custom ops in the graph.
+``--compile [BACKEND]`` compiles the backbone's forward with ``torch.compile`` (in place: parameter
+names and checkpoints unchanged; ppma's ops stay single custom ops in the graph). Not mmengine's
+``cfg.compile``: it compiles the whole ``train_step``, optimizer and schedulers included, which
+Dynamo (torch 2.14) fails on with mmengine 0.10.7's schedulers.
 
 On a machine without CUDA, SyncBN becomes BN and distributed runs use gloo (ppma.mm.runtime).
 """
@@ -37,7 +38,7 @@ def parse_args(argv=None):
                              "checkpoint in the work dir")
     parser.add_argument("--amp", action="store_true", help="mixed precision (needs CUDA)")
     parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
-                        help="torch.compile the train step (mmengine's cfg.compile), with BACKEND "
+                        help="torch.compile the backbone's forward, with BACKEND "
                              "(default inductor)")
     parser.add_argument("--auto-scale-lr", action="store_true",
                         help="scale the lr by the actual total batch over auto_scale_lr's base")
@@ -62,8 +63,6 @@ def main(argv=None):
         if "enable" not in cfg.get("auto_scale_lr", {}):
             parser.error("--auto-scale-lr needs auto_scale_lr=dict(base_batch_size=...) in the config")
         cfg.auto_scale_lr.enable = True
-    if args.compile:
-        cfg.compile = dict(backend=args.compile)
     if args.resume == "auto":
         cfg.resume, cfg.load_from = True, None
     elif args.resume:
@@ -71,7 +70,17 @@ def main(argv=None):
     prepare_for_device(cfg, args.launcher)
     prepare_for_resume(cfg)  # resume loses nothing: random streams, loader workers' included
     runner = RUNNERS.build(cfg) if "runner_type" in cfg else Runner.from_cfg(cfg)
+    if args.compile:
+        compile_backbone(runner.model, args.compile)
+        runner.logger.info(f"backbone forward compiled with torch.compile (backend {args.compile})")
     runner.train()
+
+
+def compile_backbone(model: torch.nn.Module, backend: str) -> None:
+    """``torch.compile`` the ``backbone``'s forward of ``model`` (a detector, segmentor or classifier,
+    or its distributed wrapper) in place, with compiler ``backend``."""
+    backbone = getattr(model, "module", model).backbone
+    backbone.forward = torch.compile(backbone.forward, backend=backend)
 
 
 if __name__ == "__main__":
