@@ -391,10 +391,6 @@ def _scratch_elements(configs, planes: int, H: int, W: int, C: int, quantities: 
     return planes * quantities * pow2(W) * per_state
 
 
-def _strides(t: torch.Tensor) -> list[int]:
-    return list(t.stride())
-
-
 def forward(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, order: str) -> torch.Tensor:
     """``L x`` for ``x`` ``(B, heads, H, W, C)`` (any strides; rows :func:`fits`), decays ``(B,
     heads, H, W)``. Returns ``x.dtype``, laid out like ``x`` when ``x`` is dense."""
@@ -412,7 +408,7 @@ def forward(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, or
 
     _plane_fwd_kernel[grid](
         x, log_alpha, log_beta, y, carry, heads, H, W, C,
-        *_strides(x), *_strides(log_alpha), *_strides(log_beta), *_strides(y),
+        *x.stride(), *log_alpha.stride(), *log_beta.stride(), *y.stride(),
         V2H=v2h, H2V=h2v, ACC=tl_dtype(acc), BLOCK_W=pow2(W), INTERPRET=interpreted(),
     )
     return y
@@ -425,11 +421,11 @@ def decay_grads(x: torch.Tensor, grad: torch.Tensor, log_alpha: torch.Tensor, lo
     v2h, h2v = ORDERS[order]
     batch, heads, H, W, C = x.shape
     acc = accumulation_dtype(x)
+    if x.numel() == 0:
+        return tuple(torch.zeros_like(d) for d in (log_alpha, log_beta))
     configs = _launchable(_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, pow2(W), C)
     n_cblocks = max(triton.cdiv(C, c.kwargs["BLOCK_C"]) for c in configs)
     partial = [decay_scan._buffer(x, acc, (n_cblocks, batch * heads, H, W)) for _ in range(2)]
-    if x.numel() == 0:
-        return tuple(torch.zeros_like(d) for d in (log_alpha, log_beta))
     carry = decay_scan._buffer(x, acc, (_scratch_elements(configs, batch * heads, H, W, C, 2 * (v2h + h2v)),))
 
     def grid(meta):
@@ -437,7 +433,7 @@ def decay_grads(x: torch.Tensor, grad: torch.Tensor, log_alpha: torch.Tensor, lo
 
     _plane_bwd_kernel[grid](
         x, grad, log_alpha, log_beta, *partial, carry, heads, H, W, C,
-        *_strides(x), *_strides(grad), *_strides(log_alpha), *_strides(log_beta),
+        *x.stride(), *grad.stride(), *log_alpha.stride(), *log_beta.stride(),
         V2H=v2h, H2V=h2v, ACC=tl_dtype(acc), BLOCK_W=pow2(W), INTERPRET=interpreted(),
     )
     used = triton.cdiv(C, _plane_bwd_kernel.best_config.kwargs["BLOCK_C"])

@@ -28,6 +28,7 @@ launcher adds the partial sums with ``torch.sum``: deterministic, no atomics.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -73,12 +74,9 @@ def _fitting(configs, block_n: int, block_t: int, per_thread: int) -> list[trito
     return fit or [min(configs, key=lambda c: _elements_per_thread(c, block_n, block_t))]
 
 
-def _prune_fwd(configs, named_args, **kwargs):
-    return _fitting(configs, kwargs["BLOCK_N"], kwargs["BLOCK_T"], FWD_ELEMENTS_PER_THREAD)
-
-
-def _prune_bwd(configs, named_args, **kwargs):
-    return _fitting(configs, kwargs["BLOCK_N"], kwargs["BLOCK_T"], BWD_ELEMENTS_PER_THREAD)
+def _prune(per_thread, configs, named_args, **kwargs):
+    """``early_config_prune`` at the launch's tile: :func:`_fitting` within ``per_thread``."""
+    return _fitting(configs, kwargs["BLOCK_N"], kwargs["BLOCK_T"], per_thread)
 
 
 @triton.jit
@@ -179,7 +177,7 @@ def _variant(args) -> str:
     return f"{name} routes" if args["ROUTES"] else name
 
 
-@tuning.autotune(FWD_CONFIGS, key=["L", "dpg", "N", "G"], variant=_variant, prune=_prune_fwd)
+@tuning.autotune(FWD_CONFIGS, key=["L", "dpg", "N", "G"], variant=_variant, prune=functools.partial(_prune, FWD_ELEMENTS_PER_THREAD))
 @triton.jit
 def _selective_scan_fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, y_ptr, last_ptr, ckpt_ptr,
@@ -222,7 +220,7 @@ def _selective_scan_fwd_kernel(
     tl.store(last_ptr + bd[:, None] * N + n[None, :], h0, mask=dn_ok)
 
 
-@tuning.autotune(BWD_CONFIGS, key=["L", "dpg", "N", "G", "slice_len"], variant=_variant, prune=_prune_bwd)
+@tuning.autotune(BWD_CONFIGS, key=["L", "dpg", "N", "G", "slice_len"], variant=_variant, prune=functools.partial(_prune, BWD_ELEMENTS_PER_THREAD))
 @triton.jit
 def _selective_scan_bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, gy_ptr, glast_ptr, ckpt_ptr, carry_ptr,

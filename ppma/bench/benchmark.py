@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from ppma.kernels.common.timing import sync
+
 RUNTIMES = ("eager", "compile", "onnxruntime")
 RUNTIME_MODELS = ("ppma_tiny", "vmamba_tiny", "vim_tiny", "mila_tiny")
 # (label, features_only, batch, H, W)
@@ -76,11 +78,6 @@ def parse_args(argv=None):
     if sum(a is not None for a in (args.config, args.model, args.runtime)) != 1:
         parser.error("give one of CONFIG, --model or --runtime")
     return args
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
 
 
 def benchmark_model(args) -> None:
@@ -122,11 +119,11 @@ def benchmark_model(args) -> None:
                 for _ in range(args.warmup):
                     step(run)
                 model.zero_grad(set_to_none=True)
-                synchronize(args.device)
+                sync(torch.device(args.device))
                 start = time.perf_counter()
                 for _ in range(args.iters):
                     step(run)
-                synchronize(args.device)
+                sync(torch.device(args.device))
                 seconds = (time.perf_counter() - start) / args.iters
         except (torch.OutOfMemoryError, RuntimeError) as err:
             print(f"| {label} | {type(err).__name__}: {str(err).splitlines()[0][:80]} | | | |")
@@ -211,11 +208,11 @@ def main(argv=None):
             model(inputs, samples, mode="predict")
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(args.device)
-        synchronize(args.device)
+        sync(torch.device(args.device))
         start = time.perf_counter()
         for _ in range(args.iters):
             model(inputs, samples, mode="predict")
-            synchronize(args.device)
+            sync(torch.device(args.device))
         elapsed = time.perf_counter() - start
     if args.device.startswith("cuda"):
         memory = f"peak GPU memory {torch.cuda.max_memory_allocated(args.device) / 2**20:.0f} MiB"

@@ -32,7 +32,6 @@ arrangement of :mod:`ppma.layers.paths` for our model (default: the one training
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -42,6 +41,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from .gpu.official import import_file
 
 VIM_T = "vim_tiny_patch16_224_bimambav2_final_pool_mean_abs_pos_embed_with_midclstok_div2"
 VIM_S = "vim_small_patch16_224_bimambav2_final_pool_mean_abs_pos_embed_with_midclstok_div2"
@@ -142,11 +143,7 @@ def load_official(directory: str, model: str) -> torch.nn.Module:
                                 f"of {model}'s family)")
     if relative in PREPARE:
         PREPARE[relative](Path(directory))
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(f"official_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # timm's register_model looks the module up
-    spec.loader.exec_module(module)
+    module = import_file(path)  # in sys.modules: timm's register_model looks the module up
     if relative in PATCH:
         PATCH[relative](module)
     build = getattr(module, constructor)

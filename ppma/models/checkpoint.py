@@ -136,7 +136,7 @@ def check_pretrained(variant: str, pretrained_cfg_overlay: dict | None = None) -
                 with safe_open(str(path), "pt"):
                     pass
             except SafetensorError as err:
-                raise ValueError(f"cannot read checkpoint {path}: truncated or not a checkpoint ({err})") from err
+                raise _not_a_checkpoint(path, err) from err
         elif zipfile.is_zipfile(path) is False and _starts_with(path, b"PK\x03\x04"):
             raise ValueError(f"cannot read checkpoint {path}: a truncated zip archive (torch.save's format)")
     elif cfg.get("hf_hub_id"):

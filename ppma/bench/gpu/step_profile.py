@@ -14,7 +14,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from ppma.kernels.common.timing import median_seconds
+from ppma.kernels.common.timing import median_seconds, sync
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,5 @@ def profile_step(label: str, step: Callable[[], None], device: torch.device, war
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
     return StepProfile(label, 1e3 * seconds, summarize(prof.key_averages(), 1, device.type, top))
