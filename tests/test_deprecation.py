@@ -64,3 +64,25 @@ def test_backbone_grid_keyword():
         model = HierarchicalBackbone([lambda dim: PolylineAttention(dim, 1, token_layout="3d")] * 4,
                                      embed_dims=(8, 8, 8, 8), depths=(1, 1, 1, 1), grid="3d")
     assert model.token_layout == model.input_layout == "3d"
+
+
+OPS = ["cross_scan", "polyline_attention", "polyline_linear_attention", "polyline_mask", "polyline_scan",
+       "selective_scan"]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_op_folder_at_its_old_path_serves_the_new_folder_and_leaves_the_function(op):
+    """``ppma/ops/<op>/`` is ``ppma/ops/<op>_impl/``: ``from`` imports at the old path warn and give
+    the new modules' objects, and ``ppma.ops.<op>`` stays the public function."""
+    ops = importlib.import_module("ppma.ops")
+    function = getattr(ops, op)
+    new = importlib.import_module(f"ppma.ops.{op}_impl.reference")
+    with pytest.warns(DeprecationWarning, match=rf"module ppma\.ops\.{op}\.reference is renamed ppma\.ops\.{op}_impl"):
+        old = importlib.import_module(f"ppma.ops.{op}.reference")
+        names = [n for n in vars(new) if n.endswith("_reference")]
+        assert names and all(getattr(old, n) is getattr(new, n) for n in names)
+    with pytest.warns(DeprecationWarning, match=rf"module ppma\.ops\.{op} is renamed ppma\.ops\.{op}_impl"):
+        assert importlib.import_module(f"ppma.ops.{op}").op is importlib.import_module(f"ppma.ops.{op}_impl.op")
+    assert getattr(ops, op) is function and callable(function)
+    with pytest.raises(ModuleNotFoundError, match=rf"ppma\.ops\.{op}\.nothing"):
+        importlib.import_module(f"ppma.ops.{op}.nothing")

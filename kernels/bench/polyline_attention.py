@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.ops import polyline_attention, polyline_attention_reference
-from ppma.ops.polyline_attention.flex import polyline_attention_flex
+from ppma.ops.polyline_attention_impl.flex import polyline_attention_flex
 
 # (B, heads, H, W, head dim): the layer shapes
 FULL_SHAPES = [(64, 8, 14, 14, 32), (1, 8, 32, 32, 32), (1, 8, 64, 64, 32), (1, 8, 80, 80, 32), (1, 8, 128, 128, 32)]

@@ -5,7 +5,7 @@ A script (not installed with ``ppma.kernels``). Rows, per input size (batch 1, s
 - ``ppma_linear_tiny``: the backbone (``features_only=True``) through
   :func:`ppma.ops.polyline_linear_attention` (the chunked path; backend per ``PPMA_BACKEND``);
 - ``ppma_linear_tiny (tiled)``: the same weights with the op replaced by
-  :func:`~ppma.ops.polyline_linear_attention.tiled.polyline_linear_attention_tiled` (row strips,
+  :func:`~ppma.ops.polyline_linear_attention_impl.tiled.polyline_linear_attention_tiled` (row strips,
   matmuls inside a strip, per-column states between strips; not yet a registered backend);
 - ``ppma_linear_tiny (reference)``: the same weights with the op replaced by its reference
   (every token's ``d*d + d``-channel state at once, the path before the chunked op);
@@ -38,8 +38,8 @@ import torch
 import ppma  # noqa: F401  (registers the models)
 import ppma.layers.polyline_attention as layer
 from ppma.kernels.common.timing import median_seconds, peak_memory
-from ppma.ops.polyline_linear_attention import polyline_linear_attention_reference
-from ppma.ops.polyline_linear_attention.tiled import polyline_linear_attention_tiled
+from ppma.ops.polyline_linear_attention_impl import polyline_linear_attention_reference
+from ppma.ops.polyline_linear_attention_impl.tiled import polyline_linear_attention_tiled
 
 SIZES = (224, 512, 768, 1024, 1280)
 # PPMA-linear-T at 224 x 224: (heads, H, W, head dim) of its four stages.

@@ -30,8 +30,8 @@ from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memory
 from ppma.kernels.selective_scan.scan import modelled_bytes
 from ppma.ops import selective_scan
-from ppma.ops.selective_scan import selective_scan_reference
-from ppma.ops.selective_scan.reference import random_inputs
+from ppma.ops.selective_scan_impl import selective_scan_reference
+from ppma.ops.selective_scan_impl.reference import random_inputs
 
 # name: (batch, routes G, channels per route, N, L, options). VMamba-T: four routes of one map as
 # four groups, D and delta_bias with softplus; Vim-T: one direction, D, z and delta_bias.

@@ -6,14 +6,14 @@ from torch import nn
 
 from ppma._deprecation import renamed_attributes, renamed_keyword, renamed_property
 from ppma.ops import polyline_attention, polyline_linear_attention
-from ppma.ops.polyline_attention import FORMS
+from ppma.ops.polyline_attention_impl import FORMS
 
 from .conv import GridDepthwiseConv, add_to_conv_output
 from .decay import DecayGenerator
 from .layout import GRID_LAYOUTS
 from .rope import RasterRotaryEmbedding
 
-#: the layer's kinds: the op's (``ppma.ops.polyline_attention.KINDS``) and ``'linear'``
+#: the layer's kinds: the op's (``ppma.ops.polyline_attention_impl.KINDS``) and ``'linear'``
 ATTENTION_KINDS = ("vanilla", "criss_cross", "linear")
 
 

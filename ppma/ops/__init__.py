@@ -3,16 +3,24 @@
 One folder per op, ``ppma/ops/<op>/`` (``reference.py``: the plain reference; ``op.py``: its
 registration in :mod:`.registry` and the public function). The public function has the op's
 name, so ``ppma.ops.polyline_scan`` is the function; import a folder's members by module path
-(``from ppma.ops.polyline_scan.reference import ...``). See docs/ops.md.
+(``from ppma.ops.polyline_scan_impl.reference import ...``). See docs/ops.md.
 """
+from .._deprecation import moved_packages
 from ._checks import ORDERS
-from .cross_scan import cross_merge, cross_scan, cross_selective_scan
-from .polyline_attention import polyline_attention, polyline_attention_reference
-from .polyline_linear_attention import polyline_linear_attention
-from .polyline_mask import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
-from .polyline_scan import decay_scan_1d, polyline_scan, polyline_scan_reference
+from .cross_scan_impl import cross_merge, cross_scan, cross_selective_scan
+from .polyline_attention_impl import polyline_attention, polyline_attention_reference
+from .polyline_linear_attention_impl import polyline_linear_attention
+from .polyline_mask_impl import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
+from .polyline_scan_impl import decay_scan_1d, polyline_scan, polyline_scan_reference
 from .registry import backend_report, registered_ops, select_backend
-from .selective_scan import selective_scan
+from .selective_scan_impl import selective_scan
+
+# The folders' names before they took the suffix ``_impl`` (each was hidden by its function).
+moved_packages({
+    f"{__name__}.{op}": f"{__name__}.{op}_impl"
+    for op in ("cross_scan", "polyline_attention", "polyline_linear_attention", "polyline_mask", "polyline_scan",
+               "selective_scan")
+})
 
 __all__ = [
     "ORDERS",

@@ -6,7 +6,7 @@ from torch.export import Dim
 
 from ppma.ops import selective_scan
 from ppma.ops.registry import export_decompositions, get_op, registered_ops
-from ppma.ops.selective_scan.reference import random_inputs, selective_scan_reference
+from ppma.ops.selective_scan_impl.reference import random_inputs, selective_scan_reference
 
 RTOL = 1e-5
 GRIDS = [(7, 9), (9, 7), (1, 5), (70, 3), (3, 4, 5)]  # odd sizes, H != W, lines longer than 64, 3-D

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from ppma.ops import cross_selective_scan, polyline_attention, polyline_linear_attention, polyline_scan, selective_scan
-from ppma.ops.cross_scan.reference import cross_selective_scan_reference
-from ppma.ops.polyline_attention.reference import polyline_attention_reference
-from ppma.ops.polyline_linear_attention.reference import polyline_linear_attention_reference
-from ppma.ops.polyline_scan.reference import polyline_scan_reference
-from ppma.ops.selective_scan.reference import selective_scan_reference
+from ppma.ops.cross_scan_impl.reference import cross_selective_scan_reference
+from ppma.ops.polyline_attention_impl.reference import polyline_attention_reference
+from ppma.ops.polyline_linear_attention_impl.reference import polyline_linear_attention_reference
+from ppma.ops.polyline_scan_impl.reference import polyline_scan_reference
+from ppma.ops.selective_scan_impl.reference import selective_scan_reference
 
 LOW = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # relative to the output's largest value; bf16: the attention weights multiply v in bf16, as in

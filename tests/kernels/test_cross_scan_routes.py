@@ -18,8 +18,8 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
     )
 
 from ppma.kernels.selective_scan.routes import cross_scan_bwd, cross_scan_fwd  # noqa: E402
-from ppma.ops.cross_scan.reference import cross_merge_reference, route_sequences  # noqa: E402
-from ppma.ops.selective_scan import selective_scan_reference  # noqa: E402
+from ppma.ops.cross_scan_impl.reference import cross_merge_reference, route_sequences  # noqa: E402
+from ppma.ops.selective_scan_impl import selective_scan_reference  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = ("x", "dts", "B", "C", "A", "D", "delta_bias")

@@ -31,7 +31,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
 
 from ppma.kernels.polyline_attention import vanilla  # noqa: E402
 from ppma.ops import polyline_attention, polyline_attention_reference  # noqa: E402
-from ppma.ops.polyline_attention.flex import polyline_attention_flex  # noqa: E402
+from ppma.ops.polyline_attention_impl.flex import polyline_attention_flex  # noqa: E402
 from ppma.ops.registry import get_op, implementation  # noqa: E402
 
 attention_triton = functools.partial(polyline_attention, backend="triton")

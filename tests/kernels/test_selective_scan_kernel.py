@@ -21,8 +21,8 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
 
 from ppma.kernels.selective_scan import scan, selective_scan_bwd, selective_scan_fwd  # noqa: E402
 from ppma.ops import selective_scan  # noqa: E402
-from ppma.ops.selective_scan import selective_scan_reference  # noqa: E402
-from ppma.ops.selective_scan.reference import random_inputs  # noqa: E402
+from ppma.ops.selective_scan_impl import selective_scan_reference  # noqa: E402
+from ppma.ops.selective_scan_impl.reference import random_inputs  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")

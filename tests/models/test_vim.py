@@ -13,7 +13,7 @@ from ppma.layers.embed import resample_pos_embed
 from ppma.layers.vim import BiMamba
 from ppma.models.family import create_from_checkpoint, family_of
 from ppma.models.vim import Vim, checkpoint_filter_fn, checkpoint_model_kwargs
-from ppma.ops.selective_scan.reference import selective_scan_reference
+from ppma.ops.selective_scan_impl.reference import selective_scan_reference
 
 # A micro plain config (test_vim's): width 16, 4 blocks, d_state 4, patch 8, 4x4 patches at 32.
 MICRO = dict(embed_dim=16, depth=4, d_state=4, num_classes=7)

@@ -12,7 +12,7 @@ import ppma  # noqa: F401
 from ppma.layers.vmamba import SS2D
 from ppma.models.family import create_from_checkpoint, family_of
 from ppma.models.vmamba import PRESETS, checkpoint_filter_fn, checkpoint_model_kwargs
-from ppma.ops.selective_scan.reference import selective_scan_reference
+from ppma.ops.selective_scan_impl.reference import selective_scan_reference
 
 # Micro configs in the release's parametrisation (dims double per stage): v2 and vanilla (v0).
 MICRO = dict(dims=16, depths=(1, 2, 1, 1), ssm_ratio=2.0, num_classes=7)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ppma.ops import polyline_attention, polyline_attention_reference, select_backend
-from ppma.ops.polyline_attention import cpu
+from ppma.ops.polyline_attention_impl import cpu
 from ppma.ops.registry import get_op
 
 CASES = [("vanilla", "official"), ("vanilla", "paper"), ("criss_cross", "official"), ("criss_cross", "paper")]
@@ -124,7 +124,7 @@ def test_vanishing_decays_cut_the_mask_as_in_the_reference(kind, form):
 @pytest.mark.parametrize("grid", [(37, 5), (3, 18, 2)], ids=str)
 def test_linear_blocked_scan_in_blocks_and_whole_lines_matches_the_reference(grid, whole_line, monkeypatch):
     """The linear kind's CPU scan: lines cut in 16-token blocks (carry across) and whole lines."""
-    from ppma.ops.polyline_linear_attention import (
+    from ppma.ops.polyline_linear_attention_impl import (
         blocked_scan,
         polyline_linear_attention_chunked,
         polyline_linear_attention_reference,

@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from ppma.ops import cross_merge, cross_scan, registered_ops
-from ppma.ops.cross_scan import cross_merge_reference, cross_scan_reference
+from ppma.ops.cross_scan_impl import cross_merge_reference, cross_scan_reference
 
 
 def test_routes_on_a_2x3_map():

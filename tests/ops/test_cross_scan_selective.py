@@ -11,9 +11,9 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from ppma.ops import registered_ops, select_backend
-from ppma.ops.cross_scan import cross_selective_scan, cross_selective_scan_reference
-from ppma.ops.cross_scan.cpu import cross_selective_scan_cpu
-from ppma.ops.selective_scan.reference import selective_scan_reference
+from ppma.ops.cross_scan_impl import cross_selective_scan, cross_selective_scan_reference
+from ppma.ops.cross_scan_impl.cpu import cross_selective_scan_cpu
+from ppma.ops.selective_scan_impl.reference import selective_scan_reference
 
 NAMES = ("x", "x_proj_weight", "dt_projs_weight", "dt_projs_bias", "A", "D")
 # (batch, H, W, dim, N, R): odd maps, H != W both ways, a single row, a single position; N = 1

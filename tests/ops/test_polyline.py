@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ppma.ops import polyline_log_mask, polyline_mask, polyline_mask_1d, polyline_scan
-from ppma.ops.polyline_scan import reference as scan_reference
+from ppma.ops.polyline_scan_impl import reference as scan_reference
 
 GRIDS_2D = [(1, 1), (1, 7), (5, 1), (3, 4), (7, 9)]
 GRIDS_3D = [(1, 1, 1), (2, 3, 4), (3, 1, 2), (1, 3, 5)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ppma.ops.polyline_attention import op
-from ppma.ops.polyline_attention.op import CRISS_CROSS_TORCH_MAX_TOKENS, route
+from ppma.ops.polyline_attention_impl import op
+from ppma.ops.polyline_attention_impl.op import CRISS_CROSS_TORCH_MAX_TOKENS, route
 
 
 @pytest.mark.parametrize("chosen,requested,kind,grid,expected", [

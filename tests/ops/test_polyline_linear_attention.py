@@ -5,7 +5,10 @@ import torch
 
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.ops import polyline_linear_attention, polyline_mask
-from ppma.ops.polyline_linear_attention import polyline_linear_attention_chunked, polyline_linear_attention_reference
+from ppma.ops.polyline_linear_attention_impl import (
+    polyline_linear_attention_chunked,
+    polyline_linear_attention_reference,
+)
 
 # Odd grids, H != W: lines of at most blocked_scan.WHOLE_LINE = 64 tokens are one scan block;
 # (67, 3) has lines of several blocks of blocked_scan.BLOCK = 16 tokens (with a carry between them).

@@ -6,8 +6,8 @@ import torch
 
 from ppma.ops import polyline_linear_attention, select_backend
 from ppma.ops._scratch import _LOCAL, release_scratch
-from ppma.ops.polyline_linear_attention import cpu, polyline_linear_attention_reference
-from ppma.ops.polyline_mask.reference import polyline_mask_1d
+from ppma.ops.polyline_linear_attention_impl import cpu, polyline_linear_attention_reference
+from ppma.ops.polyline_mask_impl.reference import polyline_mask_1d
 from ppma.ops.registry import get_op
 
 # (13, 11) and (3, 7, 5) have lines longer than the blocks of BLOCKS, (1, 5) a one-token axis

@@ -4,8 +4,8 @@ the grid, decays from near 0 to -30."""
 import pytest
 import torch
 
-from ppma.ops.polyline_linear_attention import polyline_linear_attention_reference
-from ppma.ops.polyline_linear_attention.tiled import polyline_linear_attention_tiled
+from ppma.ops.polyline_linear_attention_impl import polyline_linear_attention_reference
+from ppma.ops.polyline_linear_attention_impl.tiled import polyline_linear_attention_tiled
 
 NAMES = ["out", "q", "k", "v", "log_alpha", "log_beta"]
 

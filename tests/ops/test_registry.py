@@ -100,10 +100,10 @@ def test_the_interpreter_runs_triton_when_asked_by_name(interpreter):
 def test_reference_torch_and_export_forms_are_named_apart():
     """``reference`` is the tests' oracle; the torch backend runs ``torch`` (a chunked form where
     one exists); ``export`` defaults to ``torch``."""
-    from ppma.ops.polyline_linear_attention.chunked import polyline_linear_attention_chunked
-    from ppma.ops.polyline_linear_attention.reference import polyline_linear_attention_reference
-    from ppma.ops.selective_scan.chunked import selective_scan_chunked
-    from ppma.ops.selective_scan.reference import selective_scan_reference
+    from ppma.ops.polyline_linear_attention_impl.chunked import polyline_linear_attention_chunked
+    from ppma.ops.polyline_linear_attention_impl.reference import polyline_linear_attention_reference
+    from ppma.ops.selective_scan_impl.chunked import selective_scan_chunked
+    from ppma.ops.selective_scan_impl.reference import selective_scan_reference
 
     linear, scan = get_op("polyline_linear_attention"), get_op("selective_scan")
     assert linear.reference is polyline_linear_attention_reference and linear.torch is polyline_linear_attention_chunked

@@ -7,8 +7,8 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from ppma.ops import registered_ops, selective_scan
-from ppma.ops.selective_scan import selective_scan_chunked, selective_scan_reference
-from ppma.ops.selective_scan.reference import random_inputs
+from ppma.ops.selective_scan_impl import selective_scan_chunked, selective_scan_reference
+from ppma.ops.selective_scan_impl.reference import random_inputs
 
 NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
 ALL = dict(D=True, z=True, delta_bias=True, delta_softplus=True)

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from ppma.ops import _inplace_scan, select_backend, selective_scan
 from ppma.ops._scratch import release_scratch
 from ppma.ops.registry import get_op
-from ppma.ops.selective_scan import cpu
-from ppma.ops.selective_scan.reference import random_inputs, selective_scan_reference
+from ppma.ops.selective_scan_impl import cpu
+from ppma.ops.selective_scan_impl.reference import random_inputs, selective_scan_reference
 
 # (batch, dim, N, L, G, optional inputs): VMamba v2 (four routes, N = 1), Vim (two directions,
 # N = 16, gate z), plain Mamba without options.

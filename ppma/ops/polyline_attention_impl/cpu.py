@@ -1,6 +1,6 @@
 """CPU backend of ``ppma::polyline_attention``: both kinds in cache-sized blocks.
 
-The polyline log mask is a sum of three 1-D log masks (:mod:`ppma.ops.polyline_mask.reference`),
+The polyline log mask is a sum of three 1-D log masks (:mod:`ppma.ops.polyline_mask_impl.reference`),
 each ``O(N^1.5)`` and symmetric in its two line indices: ``la[t, i, j, l]`` along row ``i`` (W
 axis), ``lb[t, i, k, l]`` along column ``l`` (H axis), ``lg[k, l, t, s]`` along the depth line at
 ``(k, l)`` (T axis, 3-D only). For query ``(t, i, j)`` and key ``(s, k, l)`` the V2H log mask is
@@ -30,7 +30,7 @@ import torch
 
 from .._autocast import autocast_inputs
 from .._scratch import scratch
-from ..polyline_mask.reference import log_mask_1d
+from ..polyline_mask_impl.reference import log_mask_1d
 from ..registry import Impl
 from .reference import polyline_attention_reference
 

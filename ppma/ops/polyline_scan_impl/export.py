@@ -2,14 +2,14 @@
 
 The reference runs lines longer than ``DENSE_LINE_MAX`` as a Python loop over tokens, which
 neither ONNX nor dynamic sizes allow; here every line of length ``n`` multiplies by its
-``n x n`` mask (from segment sums, :func:`~ppma.ops.polyline_mask.reference.log_mask_1d`), at
+``n x n`` mask (from segment sums, :func:`~ppma.ops.polyline_mask_impl.reference.log_mask_1d`), at
 any size: memory and FLOPs O(N n) per axis of length ``n``.
 """
 from __future__ import annotations
 
 import torch
 
-from ..polyline_mask.reference import log_mask_1d
+from ..polyline_mask_impl.reference import log_mask_1d
 
 
 def _masked_scan_1d(x: torch.Tensor, log_decay: torch.Tensor, dim: int) -> torch.Tensor:
@@ -25,7 +25,7 @@ def polyline_scan_export(
     order: str = "both",
     log_gamma: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Same contract as :func:`~ppma.ops.polyline_scan.reference.polyline_scan_reference`."""
+    """Same contract as :func:`~ppma.ops.polyline_scan_impl.reference.polyline_scan_reference`."""
     acc = x.double() if x.dtype == torch.float64 else x.float()
     w_axis = log_alpha.dim() - 1
     v2h_axes = ([(log_gamma, w_axis - 2)] if log_gamma is not None else []) + [(log_beta, w_axis - 1),

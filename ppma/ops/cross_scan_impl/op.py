@@ -7,7 +7,7 @@ is the other (they are adjoint), which the torch backend gets by ``torch.func.vj
 projections, the routes read from and merged back onto the map inside the op: its ``cpu`` kernel
 (:mod:`.cpu`) scans the map in place of copies of the routes, its ``triton`` kernel runs the
 selective-scan kernels along the routes straight from the map; the ``torch`` backend runs the reference with
-the chunked scan (:func:`~ppma.ops.selective_scan.chunked.selective_scan_chunked`), its export
+the chunked scan (:func:`~ppma.ops.selective_scan_impl.chunked.selective_scan_chunked`), its export
 form (:mod:`.export`) lays the routes out time-major once and runs the selective scan's export form.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import torch
 from ppma.kernels.common.runtime import triton_checks
 
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
-from ..selective_scan.chunked import selective_scan_chunked
-from ..selective_scan.op import check_float, selective_scan_flops
+from ..selective_scan_impl.chunked import selective_scan_chunked
+from ..selective_scan_impl.op import check_float, selective_scan_flops
 from . import cpu
 from .export import cross_selective_scan_export
 from .reference import ROUTES, cross_merge_reference, cross_scan_reference, cross_selective_scan_reference
@@ -50,7 +50,7 @@ def _map_projections(x, x_proj_weight, dt_projs_weight):
     """Route ``k``'s scan inputs at every position of the map ``x`` ``(batch, H, W, dim)``, in
     place of along its route: ``dts`` ``(batch, H, W, 4, dim)``, ``B``, ``C`` ``(batch, H, W, 4,
     N)`` (views of one projection); the projections of
-    :func:`~ppma.ops.cross_scan.reference.route_projections`."""
+    :func:`~ppma.ops.cross_scan_impl.reference.route_projections`."""
     rank = dt_projs_weight.shape[2]
     n_state = (x_proj_weight.shape[1] - rank) // 2
     dts, bs, cs = torch.einsum("bhwd,kcd->bhwkc", x, x_proj_weight).split([rank, n_state, n_state], dim=-1)
@@ -152,7 +152,7 @@ def cross_selective_scan(
     column-major, 2, 3: those reversed) reads ``x`` along its sequence, projects it to ``dt``
     (``R``, then ``dim`` channels), ``B``, ``C`` (``N``) and runs :func:`ppma.ops.selective_scan`
     (``dt = softplus(dt + dt_projs_bias[k])``); the four outputs are put back on the map and
-    summed (:func:`~ppma.ops.cross_scan.reference.cross_selective_scan_reference`). Returns fp32
+    summed (:func:`~ppma.ops.cross_scan_impl.reference.cross_selective_scan_reference`). Returns fp32
     ``(batch, H, W, dim)``; differentiable in every tensor. ``backend``: ``'torch'``, ``'cpu'``,
     ``'triton'`` or ``'auto'`` (default: ``PPMA_BACKEND``, else auto).
     """

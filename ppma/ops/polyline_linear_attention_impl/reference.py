@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ..polyline_attention.reference import _at_least_fp32
-from ..polyline_scan.reference import polyline_scan_reference
+from ..polyline_attention_impl.reference import _at_least_fp32
+from ..polyline_scan_impl.reference import polyline_scan_reference
 
 
 def polyline_linear_attention_reference(

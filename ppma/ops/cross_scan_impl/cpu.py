@@ -45,7 +45,7 @@ def _routes(t: torch.Tensor, order: int) -> torch.Tensor:
 
 def cross_selective_scan_cpu(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D,
                              chunk: int | None = None) -> torch.Tensor:
-    """Same contract as :func:`~ppma.ops.cross_scan.reference.cross_selective_scan_reference`.
+    """Same contract as :func:`~ppma.ops.cross_scan_impl.reference.cross_selective_scan_reference`.
 
     ``chunk``: steps per chunk (default :func:`~ppma.ops._inplace_scan.chunk_length`).
     Returns fp32 ``(batch, H, W, dim)``.

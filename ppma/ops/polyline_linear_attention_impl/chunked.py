@@ -23,8 +23,8 @@ import functools
 
 import torch
 
-from ..polyline_attention.reference import _at_least_fp32
-from ..polyline_scan import op as _polyline_scan  # noqa: F401  (registers the op the triton path runs)
+from ..polyline_attention_impl.reference import _at_least_fp32
+from ..polyline_scan_impl import op as _polyline_scan  # noqa: F401  (registers the op the triton path runs)
 from ..registry import Impl, get_op, implementation
 from .blocked_scan import FACTORS_PER_AXIS, path_scans, scan_factors
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..selective_scan.reference import selective_scan_reference
+from ..selective_scan_impl.reference import selective_scan_reference
 
 ROUTES = 4
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..polyline_mask.reference import log_mask_1d
+from ..polyline_mask_impl.reference import log_mask_1d
 
 # Lines up to this length are scanned as one matmul with their materialized 1-D mask (fast on
 # CPU, O(N * n) with n bounded); longer lines run the O(N) recurrence.

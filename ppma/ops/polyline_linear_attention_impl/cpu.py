@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from .._scratch import scratch
-from ..polyline_attention.reference import _at_least_fp32
+from ..polyline_attention_impl.reference import _at_least_fp32
 from ..registry import Impl
 from .chunked import _chunks, _with_ones
 
@@ -87,7 +87,7 @@ def _buffer(slot: str, shape: tuple[int, ...], dims: int, axis: int, dtype: torc
 
 def decay_mask(decay: torch.Tensor) -> torch.Tensor:
     """The 1-D decay mask ``(..., n) -> (..., n, n)`` of the decays ``a = exp(log_decay)``, as
-    :func:`~ppma.ops.polyline_mask.reference.polyline_mask_1d` (``exp(-|G_j - G_l|)``), from
+    :func:`~ppma.ops.polyline_mask_impl.reference.polyline_mask_1d` (``exp(-|G_j - G_l|)``), from
     products: ``P[l, j] = prod_{l < p <= j} a[p]`` (1 for ``j <= l``) by one cumulative product,
     and the mask is ``P * P^T``. Each entry multiplies only the decays between its two ends (a
     relative error of a few roundings a token, nothing cancels) and no ``n x n`` tensor goes

@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..polyline_attention.reference import _at_least_fp32
-from ..polyline_mask.reference import log_mask_1d
+from ..polyline_attention_impl.reference import _at_least_fp32
+from ..polyline_mask_impl.reference import log_mask_1d
 from .chunked import _with_ones
 
 # Tokens of one strip: ``max(1, TOKENS_PER_STRIP // W)`` rows.

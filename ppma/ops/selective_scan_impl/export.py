@@ -76,7 +76,7 @@ def selective_scan_export(
     delta_softplus: bool = False,
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same contract as :func:`~ppma.ops.selective_scan.reference.selective_scan_reference`:
+    """Same contract as :func:`~ppma.ops.selective_scan_impl.reference.selective_scan_reference`:
     ``(y, last_state)``, ``y`` ``(batch, dim, L)``, ``last_state`` ``(batch, dim, N)`` fp32."""
     batch, dim, length = u.shape
     n_state = A.shape[1]

@@ -25,7 +25,7 @@ import torch
 from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import check_decays, check_grid_tensor
-from ..polyline_scan.op import FLOPS_PER_ELEMENT_AXIS_ORDER
+from ..polyline_scan_impl.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .chunked import polyline_linear_attention_chunked

@@ -42,7 +42,7 @@ def selective_scan_chunked(
     out_dtype: torch.dtype | None = None,
     chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same contract as :func:`~ppma.ops.selective_scan.reference.selective_scan_reference`.
+    """Same contract as :func:`~ppma.ops.selective_scan_impl.reference.selective_scan_reference`.
 
     ``chunk``: steps per chunk (default ``ceil(sqrt(L))``). Returns ``(y, last_state)``.
     """

@@ -15,7 +15,7 @@ from ppma.kernels.common.runtime import triton_checks
 
 from .._autocast import autocast_inputs
 from .._checks import check_choice, check_decays, check_grid_tensor
-from ..polyline_mask.op import log_mask_flops
+from ..polyline_mask_impl.op import log_mask_flops
 from ..registry import Impl, Kernel, cpu_only, register, requested_backend, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..polyline_mask.reference import log_mask_1d
+from ..polyline_mask_impl.reference import log_mask_1d
 
 BLOCK = 16
 # Lines up to this many tokens are one block: one T x T matmul, no Python carry loop (on 2 CPU

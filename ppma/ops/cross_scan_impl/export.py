@@ -1,6 +1,6 @@
 """``cross_selective_scan`` for ``torch.export`` and ONNX: the routes built time-major.
 
-The reference (:func:`~ppma.ops.cross_scan.reference.cross_selective_scan_reference`) copies the
+The reference (:func:`~ppma.ops.cross_scan_impl.reference.cross_selective_scan_reference`) copies the
 routes out channels-first, projects them by einsums and transposes every input into the scan's
 time-major layout: in ONNX, each of those is a ``Transpose`` node that copies (a quarter of
 VMamba-T's ONNX Runtime time). Here every tensor is laid out once, in the order the scan reads:
@@ -12,7 +12,7 @@ VMamba-T's ONNX Runtime time). Here every tensor is laid out once, in the order 
 - ``dt = softplus(dt_projs[k] @ dt_k + bias[k])`` is one product of the routes' low-rank ``dt``
   ``(L, batch, 4 R)`` with the block-diagonal matrix of the four ``dt_projs``: it comes out
   time-major ``(L, batch, 4 dim)``;
-- :func:`~ppma.ops.selective_scan.export.scan_time_major` (one ONNX ``Scan`` over chunks);
+- :func:`~ppma.ops.selective_scan_impl.export.scan_time_major` (one ONNX ``Scan`` over chunks);
 - the merge adds each route to its reverse in time, puts both orders back on the map, and adds
   ``x * sum_k D_k`` (``D_k x`` summed over the routes).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..selective_scan.export import scan_time_major
+from ..selective_scan_impl.export import scan_time_major
 from .reference import ROUTES
 
 
@@ -51,7 +51,7 @@ def _block_diagonal(dt_projs_weight: torch.Tensor) -> torch.Tensor:
 
 
 def cross_selective_scan_export(x, x_proj_weight, dt_projs_weight, dt_projs_bias, A, D) -> torch.Tensor:
-    """Same contract as :func:`~ppma.ops.cross_scan.reference.cross_selective_scan_reference`:
+    """Same contract as :func:`~ppma.ops.cross_scan_impl.reference.cross_selective_scan_reference`:
     ``x`` ``(batch, H, W, dim)`` -> fp32 ``(batch, H, W, dim)``."""
     _, height, width, dim = x.shape
     rank, n_state = dt_projs_weight.shape[2], A.shape[1]

@@ -27,7 +27,7 @@ def _time_major(t: torch.Tensor, n_steps: int, slot: str) -> torch.Tensor:
 
 def selective_scan_cpu(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, out_dtype=None,
                        chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same contract as :func:`~ppma.ops.selective_scan.reference.selective_scan_reference`.
+    """Same contract as :func:`~ppma.ops.selective_scan_impl.reference.selective_scan_reference`.
 
     ``chunk``: steps per chunk (default :func:`chunk_length`). Returns ``(y, last_state)``.
     """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..polyline_mask.reference import log_mask_1d, polyline_log_mask_reference, polyline_mask_reference
+from ..polyline_mask_impl.reference import log_mask_1d, polyline_log_mask_reference, polyline_mask_reference
 
 KINDS = ("vanilla", "criss_cross")
 FORMS = ("official", "paper")
