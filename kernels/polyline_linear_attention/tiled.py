@@ -55,8 +55,8 @@ INTRA_CONFIGS = [
 EDGE_CONFIGS = [  # STATE_ROWS: columns x channels of a program's states (the dot's rows)
     triton.Config({"BLOCK": 32, "STATE_ROWS": 32}, num_warps=4, num_stages=1),
     triton.Config({"BLOCK": 32, "STATE_ROWS": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 32, "STATE_ROWS": 64}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 32, "STATE_ROWS": 128}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 64, "STATE_ROWS": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 64, "STATE_ROWS": 128}, num_warps=8, num_stages=2),
 ]
 TILE_COLS = (16, 32)  # query tiles' and key segments' widths (tl.dot's smallest tile side is 16)
 # The resource table's head-dim blocks (d and dv padded to powers of two; larger: untuned).
