@@ -55,7 +55,6 @@ INTRA_CONFIGS = [
 EDGE_CONFIGS = [  # STATE_ROWS: columns x channels of a program's states (the dot's rows)
     triton.Config({"BLOCK": 32, "STATE_ROWS": 32}, num_warps=4, num_stages=1),
     triton.Config({"BLOCK": 32, "STATE_ROWS": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64, "STATE_ROWS": 64}, num_warps=8, num_stages=2),
     triton.Config({"BLOCK": 64, "STATE_ROWS": 128}, num_warps=8, num_stages=2),
 ]
 TILE_COLS = (16, 32)  # query tiles' and key segments' widths (tl.dot's smallest tile side is 16)
@@ -298,14 +297,16 @@ def linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps: float, strip: 
     """Linear polyline attention (``ppma.ops.polyline_linear_attention``) on a 2-D grid.
 
     ``q``, ``k`` ``(B, heads, H, W, d)`` non-negative features, ``v`` ``(B, heads, H, W, dv)``
-    (any strides; channels are made contiguous), fp32 log-decays ``(B, heads, H, W)`` -> ``out``
-    ``(B, heads, H, W, dv)`` in ``v.dtype``. ``strip``: rows (V2H: columns) of a strip, a power
+    (any strides; channels are made contiguous; of mixed dtypes, all run in the promoted one),
+    fp32 log-decays ``(B, heads, H, W)`` -> ``out`` ``(B, heads, H, W, dv)`` in ``v.dtype``. ``strip``: rows (V2H: columns) of a strip, a power
     of two >= :data:`MIN_STRIP` (default :func:`strip_rows` of the head dim).
     """
     _check_dtype(q, k, v)
     if strip is not None and (strip < MIN_STRIP or strip & (strip - 1)):
         raise ValueError(f"strip must be a power of two >= {MIN_STRIP} (the tallest query tile), got {strip}")
-    q, k, v = (_channels_contiguous(t) for t in (q, k, v))
+    out_dtype = v.dtype
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    q, k, v = (_channels_contiguous(t.to(dtype)) for t in (q, k, v))
     ga = (-log_alpha.float()).cumsum(-1).flatten(0, 1).contiguous()
     gb = (-log_beta.float()).cumsum(-2).flatten(0, 1).contiguous()
     h2v = _path_numerator(q, k, v, ga, gb, strip)
@@ -315,7 +316,7 @@ def linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps: float, strip: 
 
     v2h = _path_numerator(t(q), t(k), t(v), t(gb), t(ga), strip).transpose(1, 2)
     num = h2v + v2h
-    return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype).view(v.shape)
+    return (num[..., :-1] / (num[..., -1:] + eps)).to(out_dtype).view(v.shape)
 
 
 def compile_cases() -> list[tuning.CompileCase]:

@@ -64,6 +64,15 @@ def test_forward_fp16():
     assert_close(out, reference(inputs), 1e-2)
 
 
+def test_forward_mixed_dtypes_run_promoted():
+    """fp16 features with fp32 values (autocast can hand over such a mix): fp32 kernels, fp32 out."""
+    inputs = make_inputs((5, 7), seed=7)
+    mixed = [inputs[0].half(), inputs[1].half(), *inputs[2:]]
+    out = fwd(mixed)
+    assert out.dtype == torch.float32
+    assert_close(out, reference(mixed), 1e-5)
+
+
 @pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-5), (torch.float16, 1e-2)], ids=["fp32", "fp16"])
 def test_op_triton_backend_values_and_gradients(dtype, rtol):
     """The op's ``'triton'`` backend: the kernels forward, the chunked path's backward."""
