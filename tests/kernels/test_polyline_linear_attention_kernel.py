@@ -49,6 +49,17 @@ def test_forward_matches_reference_fp32(grid, batch, strip):
     assert_close(out, reference(inputs), 1e-5)
 
 
+def test_forward_strong_decays_fp32():
+    """Log decays log-uniform in magnitude from 1e-6 to 30 over several strips: every mask factor
+    is exp of minus a non-negative difference of cumulative sums (finite, within fp32 rounding)."""
+    inputs = make_inputs((10, 17), seed=17, heads=1)
+    gen = torch.Generator().manual_seed(18)
+    inputs[3:] = [-(10 ** (torch.rand(1, 1, 10, 17, generator=gen) * 7.477 - 6)) for _ in range(2)]
+    out = fwd(inputs, strip=8)
+    assert torch.isfinite(out).all()
+    assert_close(out, reference(inputs), 1e-5)
+
+
 def test_forward_strided_views_and_head_dims():
     """Transposed (non-raster) views of q, k, v, d = 20 and dv = 9 (padded channel blocks)."""
     inputs = make_inputs((9, 11), seed=3, heads=1, d=20, dv=9)
