@@ -107,6 +107,31 @@ def test_op_triton_backend_opcheck():
     torch.library.opcheck(torch.ops.ppma.polyline_linear_attention.default, (*inputs, None, 1e-6, "triton", True))
 
 
+@pytest.mark.parametrize("dtype, grid, d", [(torch.float32, (7, 18), 16), (torch.float16, (5, 33), 20)], ids=str)
+def test_launches_name_rows_of_the_resource_table(dtype, grid, d, monkeypatch):
+    """Every launch's variant (default strips, head dims 16 and 20; V2H's transposed grids have two
+    strips) has rows for the configurations the autotuner may time: all (fp16), the first (fp32)."""
+    from triton.runtime.autotuner import Autotuner
+
+    from ppma.kernels.common import tuning
+
+    seen = []
+    run = Autotuner.run
+
+    def recording_run(self, *args, **kwargs):
+        named = {**dict(zip(self.arg_names, args)), **{k: v for k, v in kwargs.items() if k in self.arg_names}}
+        seen.append((self.tuning, self.tuning.variant(tuning.launch_types(named))))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "run", recording_run)
+    fwd(make_inputs(grid, seed=2, dtype=dtype, heads=1, d=d, dv=d))
+    table = tuning.resource_table()
+    assert {t.kernel_id.rsplit(".", 1)[-1] for t, _ in seen} == {"_intra_kernel", "_edge_kernel"}  # V2H: 2 strips
+    for t, variant in seen:
+        configs = t.configs[:1] if dtype == torch.float32 else t.configs
+        assert all(tuning.row_name(t.kernel_id, variant, c) in table for c in configs), variant
+
+
 def test_bad_strip_and_dtype_are_refused():
     inputs = make_inputs((5, 7), seed=1)
     with pytest.raises(ValueError, match="power of two"):
