@@ -31,7 +31,7 @@ kernel (read twice, written once) and contracts them with ``q`` (read once): 20 
 channel and token, before the scan's carried states and decays.
 
     python kernels/bench/polyline_linear_attention.py                 # CUDA if present
-    python kernels/bench/polyline_linear_attention.py --op --sizes    # the op per stage only (CUDA)
+    python kernels/bench/polyline_linear_attention.py --op --sizes    # the models and the op per stage (CUDA)
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
 """
 from __future__ import annotations
@@ -210,7 +210,7 @@ def measure(model, size, device, replacement, train, repeat):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="backbone input sizes (none: no backbones)")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--train", action="store_true", help="also the peak memory of forward + backward")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per row (median)")
