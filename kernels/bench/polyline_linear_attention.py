@@ -3,7 +3,10 @@
 A script (not installed with ``ppma.kernels``). Rows, per input size (batch 1, square images):
 
 - ``ppma_linear_tiny``: the backbone (``features_only=True``) through
-  :func:`ppma.ops.polyline_linear_attention` (the chunked path; backend per ``PPMA_BACKEND``);
+  :func:`ppma.ops.polyline_linear_attention` (backend per ``PPMA_BACKEND``; ``auto``: on CUDA the
+  Triton strip kernels of ``ppma.kernels.polyline_linear_attention``, on CPU the ``cpu`` kernel);
+- ``ppma_linear_tiny (chunked, triton scan)`` (CUDA only): the op's former ``'triton'`` path, the
+  chunked path with the Triton polyline scan over ``d x dv'`` states per token;
 - ``ppma_linear_tiny (tiled)``: the same weights with the op replaced by
   :func:`~ppma.ops.polyline_linear_attention_impl.tiled.polyline_linear_attention_tiled` (row strips,
   matmuls inside a strip, per-column states between strips; not yet a registered backend);
@@ -15,7 +18,12 @@ Columns: median inference time, peak memory of an inference forward and (``--tra
 forward + backward, beyond the model and the input. CUDA: the caching allocator's peak; CPU:
 the running sum of the allocations the profiler records (:func:`ppma.kernels.common.timing.peak_memory`).
 
-First, a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
+First, the cost model of the strip kernels' forward (:func:`strip_model`) at PPMA-linear-T's stages
+(224, batch ``--batch``, bf16 inputs, the first configuration's tiles with their padding):
+tensor-core FLOPs against the op's FLOP formula (the O(N) scan form, the registry's count), and
+bytes: unique (each tensor through DRAM once) and requested (every tile's loads, the L2's load)
+against the bytes that must move. Then the op's forward and forward + backward per stage for each
+path (``--op``, CUDA). Then a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
 ``--batch``, bf16 inputs): the bytes that must move (read ``q``, ``k``, ``v`` and the two decays,
 write the output) against what the chunked path moves. It forms the ``d * (dv + 1)`` state
 channels of every token in fp32 (written once), scans them with the fused 2-D polyline-scan
@@ -23,6 +31,7 @@ kernel (read twice, written once) and contracts them with ``q`` (read once): 20 
 channel and token, before the scan's carried states and decays.
 
     python kernels/bench/polyline_linear_attention.py                 # CUDA if present
+    python kernels/bench/polyline_linear_attention.py --op --sizes    # the models and the op per stage (CUDA)
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
 """
 from __future__ import annotations
@@ -30,6 +39,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
+import math
 import platform
 
 import timm
@@ -38,15 +49,22 @@ import torch
 import ppma  # noqa: F401  (registers the models)
 import ppma.layers.polyline_attention as layer
 from ppma.kernels.common.timing import median_seconds, peak_memory
-from ppma.ops.polyline_linear_attention_impl import polyline_linear_attention_reference
+from ppma.kernels.polyline_linear_attention import tiled as strip_kernels
+from ppma.ops import polyline_linear_attention
+from ppma.ops.polyline_linear_attention_impl import (
+    polyline_linear_attention_chunked,
+    polyline_linear_attention_reference,
+)
 from ppma.ops.polyline_linear_attention_impl.tiled import polyline_linear_attention_tiled
 
 SIZES = (224, 512, 768, 1024, 1280)
 # PPMA-linear-T at 224 x 224: (heads, H, W, head dim) of its four stages.
 STAGES = [(4, 56, 56, 16), (4, 28, 28, 32), (8, 14, 14, 32), (16, 7, 7, 32)]
 STATE_BYTES = 4 + 3 * 4 + 4  # per fp32 state element: formed, scanned (read twice, written), contracted
+CHUNKED_TRITON_SCAN = functools.partial(polyline_linear_attention_chunked, scan="triton")
 MODELS = {
     "ppma_linear_tiny": ("ppma_linear_tiny", None),
+    "ppma_linear_tiny (chunked, triton scan)": ("ppma_linear_tiny", CHUNKED_TRITON_SCAN),
     "ppma_linear_tiny (tiled)": ("ppma_linear_tiny", polyline_linear_attention_tiled),
     "ppma_linear_tiny (reference)": ("ppma_linear_tiny", polyline_linear_attention_reference),
     "ppma_tiny": ("ppma_tiny", None),
@@ -63,6 +81,96 @@ def swapped_op(replacement):
         yield
     finally:
         layer.polyline_linear_attention = saved
+
+
+def _path_model(h: int, w: int, d: int, dv: int, itemsize: int) -> dict[str, float]:
+    """One path (H2V on an ``h x w`` grid) of one ``(B, head)``: tensor-core FLOPs, unique and
+    requested bytes of the intra-strip kernel, the edge kernel and the strip states (PyTorch)."""
+    rows = strip_kernels.strip_rows(max(16, 1 << (d - 1).bit_length()))
+    cols = strip_kernels.columns(w, torch.bfloat16)
+    block = strip_kernels.INTRA_CONFIGS[0].kwargs["BLOCK"]
+    state_cols = max(1, strip_kernels.EDGE_CONFIGS[0].kwargs["STATE_ROWS"] // max(16, 1 << (d - 1).bit_length()))
+    w_pad, strips, dv1 = math.ceil(w / cols) * cols, math.ceil(h / rows), dv + 1
+    cost = {"flops": 0.0, "unique": 0.0, "requested": 0.0}
+    for s in range(strips):
+        r = min(rows, h - s * rows)
+        queries = math.ceil(r / (block // cols)) * math.ceil(w / cols) * block  # padded query tiles
+        keys = r * w_pad  # every query tile walks the strip's rows in padded segments
+        cost["flops"] += 2 * queries * keys * (d + dv)
+        cost["requested"] += queries * d * itemsize + queries // block * keys * (d + dv) * itemsize
+        if strips > 1:  # the edge kernel: programs of state_cols columns, two edges
+            cost["flops"] += 2 * 2 * w * r * w * d * dv1
+            cost["requested"] += math.ceil(w / state_cols) * r * w * (d + dv) * itemsize
+    tokens = h * w
+    cost["unique"] += tokens * (2 * d + dv) * itemsize + tokens * dv1 * 4  # q, k, v in; num' out
+    cost["requested"] += tokens * dv1 * 4
+    if strips > 1:
+        states = strips * w * d * dv1 * 4
+        cost["flops"] += 2 * 2 * strips * strips * w * d * dv1 + 2 * 2 * strips * rows * w * d * dv1
+        # E written, read; the carried states written, read; q (fp32) read; two partial num' and the sum
+        traffic = 2 * states * 4 + tokens * d * 4 + 4 * tokens * dv1 * 4
+        cost["unique"] += traffic
+        cost["requested"] += traffic
+    return cost
+
+
+def strip_model(batch: int, heads: int, h: int, w: int, d: int, itemsize: int = 2) -> dict[str, float]:
+    """The strip kernels' forward on ``(batch, heads, h, w, d)`` (``dv = d``): both paths (V2H on
+    the transposed grid) and the division, ``{'flops', 'unique', 'requested'}``."""
+    paths = [_path_model(h, w, d, d, itemsize), _path_model(w, h, d, d, itemsize)]
+    tokens = h * w
+    total = {key: sum(p[key] for p in paths) for key in paths[0]}
+    total["unique"] += tokens * (2 * (d + 1) * 4 + d * itemsize)  # the two num' read, out written
+    total["requested"] += tokens * (2 * (d + 1) * 4 + d * itemsize)
+    return {key: value * batch * heads for key, value in total.items()}
+
+
+def strip_model_rows(batch: int, itemsize: int = 2) -> list[str]:
+    """Markdown rows of :func:`strip_model` per stage, against the op's FLOP formula and the bytes
+    that must move."""
+    from ppma.ops.polyline_linear_attention_impl.op import _flops
+
+    rows = ["| stage (B, heads, H, W, d) | op formula GFLOP | strip kernels tensor GFLOP | must move (MB) "
+            "| unique (MB) | requested (MB) |", "|---|---:|---:|---:|---:|---:|"]
+    for heads, hh, ww, d in STAGES:
+        shape = (batch, heads, hh, ww, d)
+        formula = sum(_flops(shape, shape, shape, shape[:-1], shape[:-1], None, 1e-6).values())
+        cost = strip_model(batch, heads, hh, ww, d, itemsize)
+        minimum = batch * heads * hh * ww * (4 * d * itemsize + 2 * 4)
+        rows.append(f"| {shape} | {formula / 1e9:.1f} | {cost['flops'] / 1e9:.1f} | {minimum / 1e6:.1f} "
+                    f"| {cost['unique'] / 1e6:.1f} | {cost['requested'] / 1e6:.1f} |")
+    return rows
+
+
+OP_PATHS = {
+    "triton (strip kernels)": functools.partial(polyline_linear_attention, backend="triton"),
+    "chunked, triton scan": CHUNKED_TRITON_SCAN,
+    "torch (chunked, blocked scan)": functools.partial(polyline_linear_attention, backend="torch"),
+}
+
+
+def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -> list[str]:
+    """Markdown rows: per stage and path, the op's forward and forward + backward (ms)."""
+    rows = ["| stage (B, heads, H, W, d) | path | forward (ms) | forward + backward (ms) |", "|---|---|---:|---:|"]
+    for heads, hh, ww, d in STAGES:
+        q, k = (torch.rand(batch, heads, hh, ww, d, device=device, dtype=dtype) for _ in range(2))
+        v = torch.randn(batch, heads, hh, ww, d, device=device, dtype=dtype)
+        decays = [-torch.rand(batch, heads, hh, ww, device=device) for _ in range(2)]
+        inputs = [t.requires_grad_() for t in (q, k, v, *decays)]
+        for label, path in OP_PATHS.items():
+            def forward(path=path, inputs=inputs):
+                with torch.no_grad():
+                    path(*inputs)
+
+            def step(path=path, inputs=inputs):
+                path(*inputs).float().square().mean().backward()
+
+            try:
+                times = [median_seconds(fn, device, 1, repeat) * 1e3 for fn in (forward, step)]
+                rows.append(f"| {(batch, heads, hh, ww, d)} | {label} | {times[0]:.2f} | {times[1]:.2f} |")
+            except torch.OutOfMemoryError:
+                rows.append(f"| {(batch, heads, hh, ww, d)} | {label} | out of memory | |")
+    return rows
 
 
 def traffic_model(batch: int, itemsize: int = 2) -> list[str]:
@@ -105,12 +213,13 @@ def measure(model, size, device, replacement, train, repeat):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), help="backbone input sizes (none: no backbones)")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--train", action="store_true", help="also the peak memory of forward + backward")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per row (median)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--batch", type=int, default=64, help="batch of the bytes model")
+    parser.add_argument("--batch", type=int, default=64, help="batch of the models and of --op")
+    parser.add_argument("--op", action="store_true", help="time the op per stage and path, bf16 (CUDA)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -121,13 +230,19 @@ def main(argv=None):
     else:
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# linear kind benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
+    print("# cost model of the strip kernels' forward, PPMA-linear-T at 224, bf16 inputs\n")
+    print("\n".join(strip_model_rows(args.batch)) + "\n")
+    if args.op and device.type == "cuda":
+        print(f"# the op per stage, bf16, batch {args.batch}; median of {repeat} run(s) after 1 warm-up\n")
+        print("\n".join(op_rows(args.batch, device, torch.bfloat16, repeat)) + "\n")
     print("# bytes model of the op's forward, PPMA-linear-T at 224, bf16 inputs\n")
     print("\n".join(traffic_model(args.batch)) + "\n")
     print(f"# backbones (features_only), batch 1, fp32; median of {repeat} run(s) after 1 warm-up\n")
     print("| size | model | time (ms) | inference peak MiB | training peak MiB |")
     print("|---:|---|---:|---:|---:|")
+    models = [m for m in args.models if device.type == "cuda" or MODELS[m][1] is not CHUNKED_TRITON_SCAN]
     for size in args.sizes:
-        for label in args.models:
+        for label in models:
             preset, replacement = MODELS[label]
             model = timm.create_model(preset, features_only=True).to(device)
             row = measure(model, size, device, replacement, args.train, repeat)

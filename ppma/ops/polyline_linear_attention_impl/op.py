@@ -7,8 +7,11 @@ What each backend runs (none holds the whole grid's ``d x dv`` state):
 - ``'cpu'`` (``auto`` on CPU tensors): :mod:`.cpu`, the quadratic form ``((q k^T) * L2D) v'`` on
   small grids, else the scans of the state as batched matmuls, strip by strip with the states
   carried across strips;
-- ``'triton'`` (``auto`` on CUDA): the chunked path with :func:`ppma.ops.polyline_scan`'s Triton
-  kernel for the scans of every chunk.
+- ``'triton'`` (``auto`` on CUDA): on 2-D grids (fp32, fp16, bf16) the strip kernels of
+  :mod:`ppma.kernels.polyline_linear_attention` (the chunked form of linear attention: tensor-core
+  tiles inside row strips, per-column states between strips; :mod:`.tiled` is its PyTorch form);
+  on 3-D grids and fp64, the chunked path with :func:`ppma.ops.polyline_scan`'s Triton kernel for
+  the scans of every chunk.
 
 Gradients of all three are those of the chunked path's own backward (an autograd function that
 recomputes each chunk's scans and backpropagates through them), reached by ``torch.func.vjp``:
@@ -52,9 +55,21 @@ def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, ep
 
 
 def _load_triton() -> Impl:
-    """The chunked path with the Triton polyline scan, and the torch backward through it."""
+    """2-D grids of fp32/fp16/bf16 inputs: the strip kernels of
+    :mod:`ppma.kernels.polyline_linear_attention`; 3-D grids and fp64: the chunked path with the
+    Triton polyline scan. Backward (no kernel of its own): the torch backward through the chunked
+    path with the Triton scan."""
+    from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
+
     chunked = functools.partial(polyline_linear_attention_chunked, scan="triton")
-    return Impl(lambda *args: (chunked(*args), ()), recompute=chunked)
+
+    def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
+        if log_gamma is not None or q.dtype == torch.float64 or v.dtype == torch.float64:
+            return chunked(q, k, v, log_alpha, log_beta, log_gamma, eps), ()
+        with torch.autocast(q.device.type, enabled=False):  # its strip states stay fp32 under autocast
+            return linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps), ()
+
+    return Impl(forward, recompute=chunked)
 
 
 OP = register(
@@ -67,7 +82,7 @@ OP = register(
     backward_fake=_backward_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan",))),
+        Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan", "polyline_linear_attention.tiled"))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )

@@ -1,0 +1,140 @@
+"""The Triton strip kernels of the linear polyline attention (``ppma.kernels.polyline_linear_attention``)
+against the reference, in Triton's interpreter: odd grids, H != W, 1 x W and H x 1, batch 1,
+several strips along both paths, fp32 and fp16; through the op's ``'triton'`` backend, the
+output and every gradient."""
+import pytest
+import torch
+
+from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.ops import polyline_linear_attention
+from ppma.ops.polyline_linear_attention_impl import polyline_linear_attention_reference
+
+pytestmark = pytest.mark.skipif(triton_unavailable_reason("cpu") is not None,
+                                reason="Triton cannot run here: set TRITON_INTERPRET=1 (CI does) or use a GPU")
+
+NAMES = ["out", "q", "k", "v", "log_alpha", "log_beta"]
+
+
+def make_inputs(grid, seed, dtype=torch.float32, batch=1, heads=2, d=4, dv=3):
+    """Positive features q, k, values v (``dtype``) and fp32 decays ``(log_alpha, log_beta)``."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.rand(batch, heads, *grid, d, generator=gen) + 0.1 for _ in range(2))
+    v = torch.randn(batch, heads, *grid, dv, generator=gen)
+    decays = [-torch.rand(batch, heads, *grid, generator=gen) * 2 for _ in range(2)]
+    return [q.to(dtype), k.to(dtype), v.to(dtype), *decays]
+
+
+def fwd(inputs, strip=None):
+    from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
+
+    return linear_attention_tiled_fwd(*inputs, 1e-6, strip=strip)
+
+
+def reference(inputs):
+    return polyline_linear_attention_reference(*[t.double() for t in inputs])
+
+
+def assert_close(got, want, rtol, name="out"):
+    err = ((got.double() - want).abs().max() / want.abs().max()).item()
+    assert err < rtol, f"{name}: relative error {err:.2e}"
+
+
+# (grid, batch, strip): strips of 8 rows cut (10, 17) into 2 strips for H2V and 3 (of columns) for V2H
+@pytest.mark.parametrize("grid, batch, strip", [((7, 9), 2, None), ((10, 17), 1, 8), ((1, 9), 1, None),
+                                                ((9, 1), 1, None)], ids=str)
+def test_forward_matches_reference_fp32(grid, batch, strip):
+    inputs = make_inputs(grid, seed=sum(grid), batch=batch, heads=2 if batch == 1 and strip is None else 1)
+    out = fwd(inputs, strip)
+    assert out.dtype == torch.float32 and out.shape == inputs[2].shape
+    assert_close(out, reference(inputs), 1e-5)
+
+
+def test_forward_strong_decays_fp32():
+    """Log decays log-uniform in magnitude from 1e-6 to 30 over several strips: every mask factor
+    is exp of minus a non-negative difference of cumulative sums (finite, within fp32 rounding)."""
+    inputs = make_inputs((10, 17), seed=17, heads=1)
+    gen = torch.Generator().manual_seed(18)
+    inputs[3:] = [-(10 ** (torch.rand(1, 1, 10, 17, generator=gen) * 7.477 - 6)) for _ in range(2)]
+    out = fwd(inputs, strip=8)
+    assert torch.isfinite(out).all()
+    assert_close(out, reference(inputs), 1e-5)
+
+
+def test_forward_strided_views_and_head_dims():
+    """Transposed (non-raster) views of q, k, v, d = 20 and dv = 9 (padded channel blocks)."""
+    inputs = make_inputs((9, 11), seed=3, heads=1, d=20, dv=9)
+    views = [t.transpose(2, 3).contiguous().transpose(2, 3) for t in inputs[:3]] + inputs[3:]
+    assert not views[0].is_contiguous()
+    assert_close(fwd(views, strip=8), reference(inputs), 1e-5)
+
+
+def test_forward_fp16():
+    inputs = make_inputs((9, 10), seed=5, dtype=torch.float16, heads=1)
+    out = fwd(inputs, strip=8)
+    assert out.dtype == torch.float16
+    assert_close(out, reference(inputs), 1e-2)
+
+
+def test_forward_mixed_dtypes_run_promoted():
+    """fp16 features with fp32 values (autocast can hand over such a mix): fp32 kernels, fp32 out."""
+    inputs = make_inputs((5, 7), seed=7)
+    mixed = [inputs[0].half(), inputs[1].half(), *inputs[2:]]
+    out = fwd(mixed)
+    assert out.dtype == torch.float32
+    assert_close(out, reference(mixed), 1e-5)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-5), (torch.float16, 1e-2)], ids=["fp32", "fp16"])
+def test_op_triton_backend_values_and_gradients(dtype, rtol):
+    """The op's ``'triton'`` backend: the kernels forward, the chunked path's backward."""
+    inputs = make_inputs((7, 9), seed=11, dtype=dtype)
+    grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(12))
+
+    def values_and_grads(fn, tensors, g):
+        tensors = [t.detach().requires_grad_() for t in tensors]
+        out = fn(*tensors)
+        return [out, *torch.autograd.grad(out, tensors, g)]
+
+    got = values_and_grads(lambda *t: polyline_linear_attention(*t, backend="triton"), inputs, grad.to(dtype))
+    want = values_and_grads(polyline_linear_attention_reference, [t.double() for t in inputs], grad.double())
+    assert got[0].dtype == dtype
+    for name, g, w in zip(NAMES, got, want):
+        assert_close(g, w, rtol, name)
+
+
+def test_op_triton_backend_opcheck():
+    inputs = make_inputs((5, 7), seed=13)
+    torch.library.opcheck(torch.ops.ppma.polyline_linear_attention.default, (*inputs, None, 1e-6, "triton", True))
+
+
+@pytest.mark.parametrize("dtype, grid, d", [(torch.float32, (7, 18), 16), (torch.float16, (5, 33), 20)], ids=str)
+def test_launches_name_rows_of_the_resource_table(dtype, grid, d, monkeypatch):
+    """Every launch's variant (default strips, head dims 16 and 20; V2H's transposed grids have two
+    strips) has rows for the configurations the autotuner may time: all (fp16), the first (fp32)."""
+    from triton.runtime.autotuner import Autotuner
+
+    from ppma.kernels.common import tuning
+
+    seen = []
+    run = Autotuner.run
+
+    def recording_run(self, *args, **kwargs):
+        named = {**dict(zip(self.arg_names, args)), **{k: v for k, v in kwargs.items() if k in self.arg_names}}
+        seen.append((self.tuning, self.tuning.variant(tuning.launch_types(named))))
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "run", recording_run)
+    fwd(make_inputs(grid, seed=2, dtype=dtype, heads=1, d=d, dv=d))
+    table = tuning.resource_table()
+    assert {t.kernel_id.rsplit(".", 1)[-1] for t, _ in seen} == {"_intra_kernel", "_edge_kernel"}  # V2H: 2 strips
+    for t, variant in seen:
+        configs = t.configs[:1] if dtype == torch.float32 else t.configs
+        assert all(tuning.row_name(t.kernel_id, variant, c) in table for c in configs), variant
+
+
+def test_bad_strip_and_dtype_are_refused():
+    inputs = make_inputs((5, 7), seed=1)
+    with pytest.raises(ValueError, match="power of two"):
+        fwd(inputs, strip=12)
+    with pytest.raises(ValueError, match="fp32, fp16 or bf16 q"):
+        fwd([inputs[0].double(), *inputs[1:]])
