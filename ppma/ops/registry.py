@@ -199,9 +199,25 @@ def get_op(name: str) -> Op:
     return _OPS[name]
 
 
+_IMPLEMENTATIONS: dict[tuple[str, str], Impl] = {}
+
+
 def implementation(op: Op, backend: str) -> Impl:
     """The :class:`Impl` of ``op`` for a resolved ``backend``, its ``backward`` filled in (a kernel
-    without one gets the torch backward through its ``recompute``)."""
+    without one gets the torch backward through its ``recompute``). Built once per (op, backend)
+    and cached; :func:`clear_implementations` drops the cache (e.g. after patching a kernel)."""
+    key = (op.name, backend)
+    if key not in _IMPLEMENTATIONS:
+        _IMPLEMENTATIONS[key] = _build_implementation(op, backend)
+    return _IMPLEMENTATIONS[key]
+
+
+def clear_implementations() -> None:
+    """Forget the cached implementations: the next call of each op loads its kernel again."""
+    _IMPLEMENTATIONS.clear()
+
+
+def _build_implementation(op: Op, backend: str) -> Impl:
     if backend == "torch":
         impl = Impl(lambda *args: (op.torch(*args), ()))
     else:
