@@ -322,8 +322,9 @@ def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, st
     """Per registered op: the backend selected on ``device`` (``PPMA_BACKEND``, else auto; for
     calls its ``auto_for`` accepts) and, per kernel backend, ``'available'`` (followed by
     ``' (auto: <rule>)'`` for a kernel with a per-shape rule), ``'available (not picked by
-    auto)'``, the reason it is not, or ``'no kernel'``; under ``'<backend> configurations'``, the kernel's note on its launch
-    configurations on ``device`` when it has one (e.g. those pruned for lack of shared memory).
+    auto)'``, the reason it is not, or ``'no kernel'``; under ``'<backend> configurations'``, the
+    kernel's note on its launch configurations on ``device`` when it has one (e.g. those pruned
+    for lack of shared memory).
 
     >>> backend_report("cpu")["polyline_scan"]
     {'selected': 'torch', 'cpu': 'no kernel', 'triton': "Triton kernels run on CUDA tensors (or ...)"}
