@@ -182,14 +182,25 @@ def signature(tuned, pointers: dict[str, str]) -> dict[str, str]:
     return {name: pointers.get(name, "i32") for name in _parameters(tuned.fn, constexpr=False)}
 
 
-def cases_of(tuned, signature: dict[str, str], constexprs: dict[str, Any]) -> list[CompileCase]:
+def cases_of(tuned, signature: dict[str, str], constexprs: dict[str, Any],
+             config_constexprs: Callable[[triton.Config], dict[str, Any]] | None = None,
+             fp16_as_bf16: bool = False) -> list[CompileCase]:
     """One :class:`CompileCase` per configuration of the autotuned kernel ``tuned`` for the launch
-    ``signature`` (every pointer and integer argument's Triton type) and launch ``constexprs``."""
+    ``signature`` (every pointer and integer argument's Triton type) and launch ``constexprs``.
+    ``config_constexprs(config)``: constexprs that depend on the configuration (e.g. the tile its
+    register budget allows); a configuration's ``maxnreg`` goes into the compile options.
+    ``fp16_as_bf16``: an fp16 variant takes the rows of its bf16 twin (same layout), uncompiled."""
     tuning: Tuning = tuned.tuning
     variant = tuning.variant({**signature, **constexprs})
-    jit_fn = tuned.fn
-    return [CompileCase(row_name(tuning.kernel_id, variant, c), jit_fn, dict(signature), {**constexprs, **c.kwargs},
-                        c.num_warps, c.num_stages) for c in tuning.configs]
+    twin = variant.replace("fp16", "bf16", 1) if fp16_as_bf16 else variant
+    cases = []
+    for c in tuning.configs:
+        extra = config_constexprs(c) if config_constexprs else {}
+        cases.append(CompileCase(row_name(tuning.kernel_id, variant, c), tuned.fn, dict(signature),
+                                 {**constexprs, **extra, **c.kwargs}, c.num_warps, c.num_stages,
+                                 {"maxnreg": c.maxnreg} if c.maxnreg else {},
+                                 row_name(tuning.kernel_id, twin, c) if twin != variant else None))
+    return cases
 
 
 def _rows_of(kernel_modules: tuple[str, ...]) -> dict[str, dict]:

@@ -537,14 +537,7 @@ def compile_cases() -> list[tuning.CompileCase]:
                                              for family in ("u", "d", "bc", "y", "g")) if name in full}
                 signature = {name: kind for name, kind in full.items() if name not in unit}
                 for block_n in (1, 16):
-                    launch = dict(unit, **options, **extra, BLOCK_N=block_n)
-                    variant = _variant({**signature, **launch})
-                    for config in tuned.tuning.configs:
-                        block_t = _largest_tile(config, block_n, prune_budget, elements)
-                        same_as = tuning.row_name(tuned.tuning.kernel_id, variant.replace("fp16", "bf16", 1), config)
-                        cases.append(tuning.CompileCase(
-                            tuning.row_name(tuned.tuning.kernel_id, variant, config), tuned.fn, signature,
-                            dict(launch, BLOCK_T=block_t, **config.kwargs), config.num_warps, config.num_stages,
-                            {"maxnreg": config.maxnreg} if config.maxnreg else {},
-                            same_as if dtype == "fp16" else None))
+                    tile = functools.partial(_largest_tile, block_n=block_n, per_thread=prune_budget, elements=elements)
+                    cases += tuning.cases_of(tuned, signature, dict(unit, **options, **extra, BLOCK_N=block_n),
+                                             lambda config, tile=tile: {"BLOCK_T": tile(config)}, fp16_as_bf16=True)
     return cases

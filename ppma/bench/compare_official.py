@@ -32,17 +32,17 @@ arrangement of :mod:`ppma.layers.paths` for our model (default: the one training
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
-import time
 import types
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from .gpu import correctness
 from .gpu.official import import_file
+from .profile_models import interleaved_medians
+from .step_count import add_step_arguments, count_training_step, step_autocast
 
 VIM_T = "vim_tiny_patch16_224_bimambav2_final_pool_mean_abs_pos_embed_with_midclstok_div2"
 VIM_S = "vim_small_patch16_224_bimambav2_final_pool_mean_abs_pos_embed_with_midclstok_div2"
@@ -168,33 +168,21 @@ def load_ours(model: str, official: torch.nn.Module) -> torch.nn.Module:
     return ours
 
 
-def timed(model, x, backend) -> tuple[torch.Tensor, float]:
-    if backend is not None:
-        os.environ["PPMA_BACKEND"] = backend
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = model(x)
-    return out, time.perf_counter() - start
-
-
 def compare(ours, official, x, backend, repeats) -> tuple[float, float, float, float]:
-    """``(max relative error, our median s, official median s, ratio)``, interleaved runs."""
-    want, _ = timed(official, x, None)
-    got, _ = timed(ours, x, backend)
+    """``(max relative error, our median s, official median s, ratio)``, interleaved runs
+    (:func:`~ppma.bench.profile_models.interleaved_medians`; ours with ``PPMA_BACKEND=backend``)."""
+    with torch.inference_mode():
+        want = official(x)
+        with correctness.backend(backend):
+            got = ours(x)
     error = ((got - want).abs().max() / want.abs().max()).item()
-    times = {"ours": [], "official": []}
-    for _ in range(repeats):
-        times["official"].append(timed(official, x, None)[1])
-        times["ours"].append(timed(ours, x, backend)[1])
-    mine, theirs = statistics.median(times["ours"]), statistics.median(times["official"])
-    return error, mine, theirs, mine / theirs
+    medians = interleaved_medians({"official": (official, x, None), "ours": (ours, x, backend)}, repeats)
+    return error, medians["ours"], medians["official"], medians["ours"] / medians["official"]
 
 
 def print_step_counts(ours, official, x, args) -> None:
     """One counted training step of each model (``--train --count``), ours with ``--paths``."""
-    from ppma.bench.step_count import count_training_step
-
-    autocast = torch.bfloat16 if args.autocast else None
+    autocast = step_autocast(args)
     counts = {"official": count_training_step(official, x, autocast),
               f"ours ({args.paths} paths)": count_training_step(ours, x, autocast, paths=args.paths)}
     shape = "x".join(map(str, x.shape))
@@ -214,8 +202,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train", action="store_true", help="a training step instead of inference (with --count)")
     parser.add_argument("--count", action="store_true", help="count ops and copies instead of timing (with --train)")
-    parser.add_argument("--autocast", choices=["bf16"], help="--count: the forward under bf16 autocast")
-    parser.add_argument("--paths", default="gpu", choices=["cpu", "gpu"], help="--count: our layer arrangement")
+    add_step_arguments(parser)
     args = parser.parse_args(argv)
     if args.train != args.count:
         parser.error("--train and --count go together (a counted training step)")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import resource
 import statistics
@@ -31,6 +32,9 @@ import sys
 import time
 
 import torch
+
+from .gpu import correctness
+from .step_count import add_step_arguments, count_training_step, step_autocast
 
 
 def build(name: str, features: bool):
@@ -42,17 +46,19 @@ def build(name: str, features: bool):
     return timm.create_model(name, **kwargs).eval()
 
 
-def run_once(model, x, backend: str) -> float:
-    os.environ["PPMA_BACKEND"] = backend
-    start = time.perf_counter()
-    with torch.inference_mode():
-        model(x)
-    return time.perf_counter() - start
+def run_once(model, x, backend: str | None) -> float:
+    """Seconds of one inference forward of ``model`` on ``x`` with ``PPMA_BACKEND=backend`` (None:
+    the environment as it is, e.g. for a model that calls no ``ppma.ops``)."""
+    with correctness.backend(backend) if backend else contextlib.nullcontext():
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model(x)
+        return time.perf_counter() - start
 
 
 def interleaved_medians(cases: dict, repeats: int) -> dict:
-    """Median seconds of each ``(model, x, backend)`` of ``cases`` (key -> case): one warm-up each,
-    then ``repeats`` rounds that run every case once."""
+    """Median seconds of each ``(model, x, backend)`` of ``cases`` (key -> case, ``backend`` as
+    :func:`run_once` takes it): one warm-up each, then ``repeats`` rounds that run every case once."""
     for case in cases.values():
         run_once(*case)
     times = collections.defaultdict(list)
@@ -65,8 +71,7 @@ def interleaved_medians(cases: dict, repeats: int) -> dict:
 def top_ops(model, x, backend, top) -> str:
     from torch.profiler import ProfilerActivity, profile
 
-    os.environ["PPMA_BACKEND"] = backend
-    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    with correctness.backend(backend), torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
         model(x)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
 
@@ -124,8 +129,7 @@ def parse_args(argv=None):
     parser.add_argument("--compare", action="store_true",
                         help="time the models against each other (interleaved), no profile")
     parser.add_argument("--count", action="store_true", help="count the ops of a training step instead")
-    parser.add_argument("--autocast", choices=["bf16"], help="--count: the forward under bf16 autocast")
-    parser.add_argument("--paths", default="gpu", choices=["cpu", "gpu"], help="--count: the layer arrangement")
+    add_step_arguments(parser)
     parser.add_argument("--rss-child", nargs=2, metavar=("MODEL", "BACKEND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.batch_size < 1 or args.threads < 1:
@@ -171,14 +175,12 @@ def main(argv=None) -> None:
 
 def print_step_counts(args, shape: str) -> None:
     """``--count``: one counted training step per model and backend."""
-    from ppma.bench.step_count import count_training_step
-
     for name in args.models:
         for backend in args.backends:
-            os.environ["PPMA_BACKEND"] = backend
             torch.manual_seed(0)
-            count = count_training_step(build(name, args.features), torch.randn(args.batch_size, 3, *args.size),
-                                        torch.bfloat16 if args.autocast else None, paths=args.paths)
+            with correctness.backend(backend):
+                count = count_training_step(build(name, args.features), torch.randn(args.batch_size, 3, *args.size),
+                                            step_autocast(args), paths=args.paths)
             print(f"{name} {shape} {backend} train step ({args.paths} paths): {count.row()}")
 
 

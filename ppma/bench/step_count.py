@@ -13,6 +13,7 @@ arrangement that :mod:`ppma.layers.paths` picks (``paths=`` chooses it for the c
 """
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import dataclasses
@@ -94,15 +95,37 @@ class OpCounter(TorchDispatchMode):
         return out
 
 
+LOSS_OUTPUTS = ("last", "all")
+
+
 def training_step(model: nn.Module, x: torch.Tensor, optimizer: torch.optim.Optimizer,
-                  autocast: torch.dtype | None = None) -> None:
-    """One step: mean of the fp32 outputs as the loss, backward, update, gradients cleared."""
+                  autocast: torch.dtype | None = None, outputs: str = "last") -> None:
+    """One step: mean of the fp32 outputs as the loss, backward, update, gradients cleared.
+
+    ``outputs``, for a model with several (``features_only``): ``'last'``, the last map's mean;
+    ``'all'``, the mean of every map's elements together."""
+    if outputs not in LOSS_OUTPUTS:
+        raise ValueError(f"outputs={outputs!r} is not one of {LOSS_OUTPUTS}")
     with torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
         out = model(x)
-    out = out[-1] if isinstance(out, (tuple, list)) else out  # features_only models: the last map
+    if isinstance(out, (tuple, list)):
+        out = out[-1] if outputs == "last" else torch.cat([o.float().flatten() for o in out])
     out.float().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--autocast bf16`` and ``--paths cpu|gpu``: how :func:`count_training_step` runs the counted
+    step (:func:`step_autocast` reads the first)."""
+    parser.add_argument("--autocast", choices=["bf16"], help="--count: the forward under bf16 autocast")
+    parser.add_argument("--paths", default="gpu", choices=["cpu", "gpu"],
+                        help="--count: the layer arrangement of ppma's models (ppma.layers.paths)")
+
+
+def step_autocast(args: argparse.Namespace) -> torch.dtype | None:
+    """The autocast dtype that ``--autocast`` asks for (None: off)."""
+    return torch.bfloat16 if args.autocast == "bf16" else None
 
 
 def count_training_step(model: nn.Module, x: torch.Tensor, autocast: torch.dtype | None = None,

@@ -5,8 +5,10 @@ updates wherever autograd does not record) costs on a GPU and in training (more 
 copies in the backward: an in-place update of a view is copied back whole by autograd). Layers
 ask :func:`paths_for` with their input's device and branch on the answer: :data:`CPU_PATHS` for
 CPU inference (autograd off), :data:`GPU_PATHS` on GPUs and wherever autograd records (a CPU
-training step is as fast or faster with it, and dispatches fewer ops: ``ppma.bench.step_count``); every arrangement computes the same function with the same
-parameters (tests compare them on random inputs), so checkpoints and outputs do not depend on it.
+training step is as fast or faster with it, and dispatches fewer ops: ``ppma.bench.step_count``);
+every arrangement computes the same function with the same parameters (tests compare them on
+random inputs), so checkpoints and outputs do not depend on it. One value,
+``LayerPaths.cpu_inference``, sets the layout choices below (each true on :data:`CPU_PATHS`):
 
 - ``qk_channels_first``: MILA's ``q`` and ``k`` as channels-first ``(B, C, N)`` maps (each head
   a contiguous block: batched matmuls without copies on the CPU) rather than the released
@@ -33,19 +35,17 @@ import torch
 
 @dataclasses.dataclass(frozen=True)
 class LayerPaths:
-    """The arrangement of one kind of device (see the module docstring for each field)."""
+    """The arrangement of one kind of device. ``cpu_inference`` decides every layout choice
+    below (they move together; see the module docstring for each), which layers ask by name."""
 
-    qk_channels_first: bool
-    conv1x1_as_linear: bool
-    fold_conv_residual: bool
-    channels_last_stem: bool
-    update_views_in_place: bool
+    cpu_inference: bool
+
+    qk_channels_first = conv1x1_as_linear = fold_conv_residual = channels_last_stem = update_views_in_place = (
+        property(lambda self: self.cpu_inference))
 
 
-CPU_PATHS = LayerPaths(qk_channels_first=True, conv1x1_as_linear=True, fold_conv_residual=True,
-                       channels_last_stem=True, update_views_in_place=True)
-GPU_PATHS = LayerPaths(qk_channels_first=False, conv1x1_as_linear=False, fold_conv_residual=False,
-                       channels_last_stem=False, update_views_in_place=False)
+CPU_PATHS = LayerPaths(cpu_inference=True)
+GPU_PATHS = LayerPaths(cpu_inference=False)
 PATHS = {"cpu": CPU_PATHS, "gpu": GPU_PATHS}
 
 _forced = threading.local()

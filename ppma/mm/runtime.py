@@ -125,7 +125,8 @@ class WorkerSeededSampler(Sampler):
     generators from ``(seed, epoch, rank, worker id)`` before the first batch of every epoch.
     mmengine seeds a worker once, when it starts: a persistent worker's augmentations in epoch 2
     depend on what it drew in epoch 1, which a resumed run's fresh workers never drew.
-    Everything else is the inner sampler's (``set_epoch``, length, ``dataset``, ``seed``...).
+    Everything else is the inner sampler's (``set_epoch``, present where the inner sampler has it,
+    length, ``dataset``, ``seed``...).
     """
 
     def __init__(self, dataset, sampler: dict, seed: int | None = None):
@@ -141,10 +142,6 @@ class WorkerSeededSampler(Sampler):
 
     def __len__(self) -> int:
         return len(self.sampler)
-
-    def set_epoch(self, epoch: int) -> None:
-        if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
 
     def __getattr__(self, name: str):
         if name == "sampler":  # not set yet (unpickling)

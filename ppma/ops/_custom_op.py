@@ -53,13 +53,28 @@ def _as_tuple(outputs) -> tuple:
 
 
 def _laid_out_like(out: torch.Tensor, expected: torch.Tensor, what: str) -> torch.Tensor:
-    """``out``, copied into ``expected`` (a fresh tensor) when their strides differ."""
+    """``out``, or, when its strides differ from ``expected``'s, a copy of it laid out as
+    ``expected`` (into ``expected`` itself when it is a fresh tensor, not a meta one)."""
     if out.shape != expected.shape or out.dtype != expected.dtype:
         raise RuntimeError(
             f"{what} returned {tuple(out.shape)} {out.dtype}, its fake implementation says "
             f"{tuple(expected.shape)} {expected.dtype}"
         )
-    return out if out.stride() == expected.stride() else expected.copy_(out)
+    if out.stride() == expected.stride():
+        return out
+    if expected.is_meta:
+        expected = torch.empty_strided(out.shape, expected.stride(), dtype=out.dtype, device=out.device)
+    return expected.copy_(out)
+
+
+def _on_meta(value):
+    """``value`` with every tensor (also inside lists and tuples) replaced by a meta tensor of the
+    same shape, strides and dtype: fakes run on it allocate no memory."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_meta(v) for v in value)
+    return value
 
 
 def torch_backward(name, arguments, forward, grads, residuals, *args):
@@ -105,7 +120,7 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         *op_args, backend = args
         result = impl_of(backend).backward(grads, residuals, *op_args)
         # laid out as the fake says: compiled backward graphs view the gradients with its strides
-        expected = gradients_fake(grads, residuals, *op_args)
+        expected = gradients_fake(*_on_meta((grads, residuals, *op_args)))
         return [_laid_out_like(g, e, f"ppma::{name}_backward ({backend})") for g, e in zip(result, expected)]
 
     def backward_fake(grads, residuals, *args):

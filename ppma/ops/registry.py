@@ -83,6 +83,10 @@ def _no_note(device: torch.device) -> None:
     return None
 
 
+def _every_call(*arguments) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A kernel of an op.
@@ -91,7 +95,10 @@ class Kernel:
     can run on ``device``, else the reason; ``load()``: imports it (only when selected) and returns
     its :class:`Impl`; ``auto(device)``: whether ``auto`` may pick it there (False where it only
     runs emulated, as Triton's CPU interpreter); ``configurations(device)``: a note on its launch
-    configurations there (those pruned because they do not fit), None when there is nothing to say.
+    configurations there (those pruned because they do not fit), None when there is nothing to say;
+    ``auto_for(*arguments)``: whether ``auto`` picks it for one call, given the op's arguments with
+    each tensor replaced by its shape (as :attr:`Op.flops` takes them): a measured per-shape rule,
+    its docstring's first line says which (:func:`backend_report` shows it); default every call.
     """
 
     backend: str
@@ -99,6 +106,7 @@ class Kernel:
     load: Callable[[], Impl]
     auto: Callable[[torch.device], bool] = _always
     configurations: Callable[[torch.device], str | None] = _no_note
+    auto_for: Callable[..., bool] = _every_call
 
 
 @dataclass(frozen=True)
@@ -199,9 +207,25 @@ def get_op(name: str) -> Op:
     return _OPS[name]
 
 
+_IMPLEMENTATIONS: dict[tuple[str, str], Impl] = {}
+
+
 def implementation(op: Op, backend: str) -> Impl:
     """The :class:`Impl` of ``op`` for a resolved ``backend``, its ``backward`` filled in (a kernel
-    without one gets the torch backward through its ``recompute``)."""
+    without one gets the torch backward through its ``recompute``). Built once per (op, backend)
+    and cached; :func:`clear_implementations` drops the cache (e.g. after patching a kernel)."""
+    key = (op.name, backend)
+    if key not in _IMPLEMENTATIONS:
+        _IMPLEMENTATIONS[key] = _build_implementation(op, backend)
+    return _IMPLEMENTATIONS[key]
+
+
+def clear_implementations() -> None:
+    """Forget the cached implementations: the next call of each op loads its kernel again."""
+    _IMPLEMENTATIONS.clear()
+
+
+def _build_implementation(op: Op, backend: str) -> Impl:
     if backend == "torch":
         impl = Impl(lambda *args: (op.torch(*args), ()))
     else:
@@ -250,35 +274,57 @@ def _unavailable(op: Op, backend: str, device: torch.device) -> str | None:
 
 
 @torch.compiler.assume_constant_result
-def select_backend(op: str, device: torch.device | str, backend: str | None = None) -> str:
-    """Resolve the backend of ``op`` on ``device``: the ``backend`` argument, else ``PPMA_BACKEND``.
-
-    Returns ``'torch'`` or a kernel's backend name. ``auto``: the first kernel of the op that can
-    run on ``device`` and whose ``auto(device)`` allows it, else ``'torch'``. Raises
-    ``RuntimeError`` naming the reason when a kernel is forced but cannot run, ``ValueError`` for
-    an unknown backend or op. Under ``torch.compile`` it runs once, when compiling: the compiled
-    graph keeps its answer.
-    """
+def _candidates(op: str, device: torch.device | str, backend: str | None) -> tuple[str, ...]:
+    """The backends :func:`select_backend` picks from, in order: the forced one alone, or ``auto``'s
+    kernels that can run on ``device`` and whose ``auto(device)`` allows them, then ``'torch'``.
+    The last one is taken when no earlier one's ``auto_for`` accepts the call. Under
+    ``torch.compile`` it runs once, when compiling: the compiled graph keeps its answer."""
     name = requested_backend() if backend is None else backend
     if name not in BACKENDS:
         raise ValueError(f"backend={name!r} is not one of {BACKENDS}")
     entry, device = get_op(op), torch.device(device)
     if name == "torch":
-        return "torch"
+        return ("torch",)
     if name != "auto":
         reason = _unavailable(entry, name, device)
         if reason is not None:
             raise RuntimeError(f"backend '{name}' was forced for {op} but is unavailable: {reason}")
-        return name
+        return (name,)
     usable = (k.backend for k in entry.kernels if k.unavailable(device) is None and k.auto(device))
-    return next(usable, "torch")
+    return (*usable, "torch")
+
+
+def select_backend(op: str, device: torch.device | str, backend: str | None = None,
+                   arguments: Sequence | None = None) -> str:
+    """Resolve the backend of ``op`` on ``device``: the ``backend`` argument, else ``PPMA_BACKEND``.
+
+    Returns ``'torch'`` or a kernel's backend name. ``auto``: the first kernel of the op that can
+    run on ``device``, whose ``auto(device)`` allows it and, given ``arguments`` (the call's op
+    arguments, tensors or their shapes), whose ``auto_for`` accepts them; else ``'torch'``. A
+    forced backend is never overridden. Raises ``RuntimeError`` naming the reason when a kernel
+    is forced but cannot run, ``ValueError`` for an unknown backend or op. Under
+    ``torch.compile`` the device's part is decided once, when compiling; the per-shape rule is
+    traced (guarded on the shapes).
+    """
+    *kernels, last = _candidates(op, device, backend)
+    if not kernels or arguments is None:
+        return kernels[0] if kernels else last
+    shapes = [tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in arguments]
+    entry = get_op(op)
+    return next((name for name in kernels if entry.kernel(name).auto_for(*shapes)), last)
+
+
+def _first_line(fn: Callable) -> str:
+    return (fn.__doc__ or fn.__name__).strip().splitlines()[0]
 
 
 def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, str]]:
-    """Per registered op: the backend selected on ``device`` (``PPMA_BACKEND``, else auto) and,
-    per kernel backend, ``'available'``, ``'available (not picked by auto)'``, the reason it is
-    not, or ``'no kernel'``; under ``'<backend> configurations'``, the kernel's note on its launch
-    configurations on ``device`` when it has one (e.g. those pruned for lack of shared memory).
+    """Per registered op: the backend selected on ``device`` (``PPMA_BACKEND``, else auto; for
+    calls its ``auto_for`` accepts) and, per kernel backend, ``'available'`` (followed by
+    ``' (auto: <rule>)'`` for a kernel with a per-shape rule), ``'available (not picked by
+    auto)'``, the reason it is not, or ``'no kernel'``; under ``'<backend> configurations'``, the
+    kernel's note on its launch configurations on ``device`` when it has one (e.g. those pruned
+    for lack of shared memory).
 
     >>> backend_report("cpu")["polyline_scan"]
     {'selected': 'torch', 'cpu': 'no kernel', 'triton': "Triton kernels run on CUDA tensors (or ...)"}
@@ -296,6 +342,8 @@ def backend_report(device: torch.device | str = "cpu") -> dict[str, dict[str, st
             reason = "no kernel" if kernel is None else kernel.unavailable(device)
             if reason is None:
                 reason = "available" if kernel.auto(device) else "available (not picked by auto)"
+                if kernel.auto(device) and kernel.auto_for is not _every_call:
+                    reason += f" (auto: {_first_line(kernel.auto_for)})"
             row[backend] = reason
             note = kernel.configurations(device) if kernel is not None else None
             if note is not None:

@@ -42,3 +42,42 @@ def test_training_step_counts_are_pinned(name, monkeypatch):
         assert abs(value - pinned) <= 0.1 * pinned + 0.05, f"{name}: {what} {value} per step, pinned {pinned}"
     assert count.optimizer_tensors == sum(1 for p in model.parameters() if p.requires_grad)
     assert count.by_op["aten::_foreach_add_"] >= 1  # the optimizer's update is counted too
+
+
+class TwoMaps(torch.nn.Module):
+    """A features_only-like model: two maps of different sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(3, 4), torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+@pytest.mark.parametrize("outputs", ["last", "all"])
+def test_the_loss_takes_the_last_output_or_all_of_them(outputs):
+    """``step_count`` counts with the last map's loss; the GPU throughput trains on every map's
+    (:func:`ppma.bench.gpu.throughput.training_step`, the same step with ``outputs='all'``)."""
+    from ppma.bench.gpu.throughput import training_step as throughput_step
+    from ppma.bench.step_count import training_step
+
+    torch.manual_seed(0)
+    x, model = torch.randn(5, 3), TwoMaps()
+    a, b = model(x)
+    want = {"last": b.mean(), "all": torch.cat([a.flatten(), b.flatten()]).mean()}[outputs]
+    grads = torch.autograd.grad(want, [model.a.weight, model.b.weight], allow_unused=True, materialize_grads=True)
+    captured = []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # keeps the weights; records the gradients
+    optimizer.step = lambda: captured.extend(torch.zeros_like(p) if p.grad is None else p.grad.clone()
+                                             for p in (model.a.weight, model.b.weight))
+    training_step(model, x, optimizer, outputs=outputs)
+    assert len(captured) == 2
+    for got, expected in zip(captured, grads):
+        torch.testing.assert_close(got, expected)
+    if outputs == "all":  # the same loss under bf16 autocast: AdamW updates both maps' weights
+        before = [model.a.weight.clone(), model.b.weight.clone()]
+        throughput_step(model, x)()
+        assert not any(torch.equal(w, p) for w, p in zip(before, (model.a.weight, model.b.weight)))
+    with pytest.raises(ValueError, match="outputs='first'"):
+        training_step(model, x, optimizer, outputs="first")

@@ -211,3 +211,20 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_to_resume_from(tmp_
     assert latest == str(path)
     resumed = _load_checkpoint(latest, map_location="cpu")
     assert resumed["meta"] == {"epoch": 1} and torch.equal(resumed["state_dict"]["w"], weights["w"])
+
+
+def test_set_epoch_is_the_inner_samplers_where_it_has_one():
+    class NoEpochs(torch.utils.data.Sampler):
+        def __init__(self, dataset, seed=None):
+            self.dataset = dataset
+
+        def __iter__(self):
+            return iter(range(len(self.dataset)))
+
+        def __len__(self):
+            return len(self.dataset)
+
+    assert hasattr(WorkerSeededSampler(Draws(), dict(type=DefaultSampler), seed=0), "set_epoch")
+    sampler = WorkerSeededSampler(Draws(), dict(type=NoEpochs), seed=0)
+    assert not hasattr(sampler, "set_epoch")  # mmengine's loops call it only where it exists
+    assert [(i, i.epoch) for i in sampler] == [(i, 0) for i in range(10)]

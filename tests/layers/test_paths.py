@@ -36,6 +36,12 @@ def test_arrangements_agree(name, mode, batch):
         torch.testing.assert_close(cpu, gpu, rtol=1e-5, atol=1e-5 * gpu.abs().max().item())
 
 
+def test_one_value_sets_every_layout_choice():
+    for name in ("qk_channels_first", "conv1x1_as_linear", "fold_conv_residual", "channels_last_stem",
+                 "update_views_in_place"):
+        assert getattr(CPU_PATHS, name) is True and getattr(GPU_PATHS, name) is False, name
+
+
 def test_paths_follow_device_and_grad_mode():
     assert paths_for("cuda") is GPU_PATHS and paths_for(torch.device("meta")) is GPU_PATHS
     assert paths_for("cpu") is GPU_PATHS  # autograd records: the training arrangement

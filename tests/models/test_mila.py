@@ -14,6 +14,7 @@ from ppma.layers.mila import (
     MILARotaryEmbedding,
     MILAStem,
     elu_plus_one,
+    rope_phases,
     rope_tables,
 )
 from ppma.models.family import create_from_checkpoint, family_of
@@ -405,6 +406,9 @@ def test_rope_tables_are_cached_and_usable_by_autograd():
     with torch.inference_mode():
         cached = rope_tables(5, 7, 16, 10000.0, torch.device("cpu"))
     assert rope_tables(5, 7, 16, 10000.0, torch.device("cpu")) is cached and not cached.is_inference()
+    with torch.inference_mode():
+        phases = rope_phases(5, 7, 16, 10000.0, torch.device("cpu"))
+    assert rope_phases(5, 7, 16, 10000.0, torch.device("cpu")) is phases and not phases.is_inference()
     torch.testing.assert_close(cached, official_rotations(5, 7, 16).flatten(0, 1).permute(2, 1, 0))
     x = torch.randn(1, 16, 5, 7, requires_grad=True)  # a training forward after an inference one
     MILARotaryEmbedding(16)(x).sum().backward()

@@ -1,36 +1,64 @@
-"""``auto``'s per-shape route of ``polyline_attention``: criss-cross on small grids takes the torch
-path (measured faster there), everything else keeps the registry's choice; a forced backend is
-never overridden."""
+"""``auto``'s per-shape rule for ``polyline_attention`` (the Triton kernel's ``auto_for`` in the
+registry): criss-cross on small grids takes the torch path (measured faster there), everything
+else keeps the device's choice; a forced backend is never overridden."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+import ppma.kernels.common.runtime as runtime
+from ppma.ops import backend_report, registry, select_backend
 from ppma.ops.polyline_attention_impl import op
-from ppma.ops.polyline_attention_impl.op import CRISS_CROSS_TORCH_MAX_TOKENS, route
+from ppma.ops.polyline_attention_impl.op import CRISS_CROSS_TORCH_MAX_TOKENS, triton_auto_for
 
 
-@pytest.mark.parametrize("chosen,requested,kind,grid,expected", [
-    ("triton", "auto", "criss_cross", (14, 14), "torch"),
-    ("triton", "auto", "criss_cross", (80, 80), "torch"),
-    ("triton", "auto", "criss_cross", (2, 57, 57), "triton"),  # 3-D: tokens of the whole grid
-    ("triton", "auto", "criss_cross", (128, 128), "triton"),
-    ("triton", "triton", "criss_cross", (14, 14), "triton"),  # forced
-    ("triton", "auto", "vanilla", (14, 14), "triton"),
-    ("torch", "auto", "criss_cross", (128, 128), "torch"),
+def shapes(kind, grid, d=8):
+    """The op's arguments as ``auto_for`` takes them (tensors replaced by their shapes)."""
+    x, decay = (1, 2, *grid, d), (1, 2, *grid)
+    return x, x, x, decay, decay, decay if len(grid) == 3 else None, kind, "official"
+
+
+@pytest.fixture
+def on_cuda(monkeypatch):
+    """Triton available natively (as on an sm_90 GPU), ``PPMA_BACKEND`` unset."""
+    monkeypatch.delenv("PPMA_BACKEND", raising=False)
+    monkeypatch.setattr(runtime, "interpreted", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+
+@pytest.mark.parametrize("requested,kind,grid,expected", [
+    (None, "criss_cross", (14, 14), "torch"),
+    (None, "criss_cross", (80, 80), "torch"),
+    (None, "criss_cross", (2, 57, 57), "triton"),  # 3-D: tokens of the whole grid
+    (None, "criss_cross", (128, 128), "triton"),
+    ("triton", "criss_cross", (14, 14), "triton"),  # forced
+    ("torch", "criss_cross", (128, 128), "torch"),  # forced
+    (None, "vanilla", (14, 14), "triton"),
 ])
-def test_route(chosen, requested, kind, grid, expected):
-    assert route(chosen, requested, kind, grid) == expected
+def test_select_backend_applies_the_rule_to_auto_only(on_cuda, requested, kind, grid, expected):
+    arguments = shapes(kind, grid)
+    assert select_backend("polyline_attention", "cuda", requested, arguments=arguments) == expected
+    assert select_backend("polyline_attention", "cuda", requested) == (requested or "triton")  # the device's
+    if requested is None:
+        assert triton_auto_for(*arguments) == (expected == "triton")
+
+
+def test_the_report_names_the_rule(on_cuda):
+    row = backend_report("cuda")["polyline_attention"]
+    assert row["selected"] == "triton"
+    assert row["triton"] == "available (auto: not the criss-cross kind on grids of at most 80 x 80 tokens " \
+                            "(CRISS_CROSS_TORCH_MAX_TOKENS))"
 
 
 def test_auto_routes_small_criss_cross_grids_through_the_public_op(monkeypatch):
-    """With ``select_backend`` answering ``'triton'`` (as on CUDA), ``auto`` runs a 7 x 9
-    criss-cross on the torch path: the result equals the torch backend's exactly."""
+    """With the device's candidates Triton then torch (as on CUDA), ``auto`` runs a 7 x 9
+    criss-cross on the torch path, the vanilla kind on Triton; a forced Triton stays."""
     assert 7 * 9 <= CRISS_CROSS_TORCH_MAX_TOKENS
     ran = []
-    monkeypatch.setattr(op, "select_backend", lambda *args: "triton")
+    monkeypatch.setattr(registry, "_candidates",
+                        lambda name, device, backend: ("triton", "torch") if backend is None else (backend,))
     monkeypatch.setattr(op, "OP", lambda *args, backend: ran.append(backend))
-    monkeypatch.delenv("PPMA_BACKEND", raising=False)
     q, k, v = (torch.randn(1, 2, 7, 9, 8) for _ in range(3))
     decays = [-torch.rand(1, 2, 7, 9) for _ in range(2)]
     op.polyline_attention(q, k, v, *decays, kind="criss_cross")

@@ -3,8 +3,16 @@ import pytest
 import torch
 
 import ppma.kernels.common.runtime as runtime
-from ppma.ops import backend_report, polyline_scan, registered_ops, select_backend
-from ppma.ops.registry import Impl, Kernel, export_decompositions, get_op, implementation, register
+from ppma.ops import backend_report, polyline_scan, registered_ops, registry, select_backend
+from ppma.ops.registry import (
+    Impl,
+    Kernel,
+    clear_implementations,
+    export_decompositions,
+    get_op,
+    implementation,
+    register,
+)
 
 
 @pytest.fixture
@@ -188,3 +196,25 @@ def test_a_variant_nothing_fits_sends_auto_to_the_torch_path(interpreter, gpu, r
     assert backend_report("cuda")["polyline_attention"]["triton"] == (
         f"no launch configuration of {variant} fits the shared memory of sm_86")
     assert select_backend("selective_scan", "cuda") == "triton"
+
+
+def test_implementations_are_built_once_per_op_and_backend_until_cleared():
+    op = get_op("selective_scan")
+    first = implementation(op, "cpu")
+    assert implementation(op, "cpu") is first and implementation(op, "torch") is not first
+    clear_implementations()
+    assert implementation(op, "cpu") is not first
+
+
+def test_a_kernel_backward_is_laid_out_as_the_backward_fake_says(monkeypatch):
+    """The kernel's gradients are compared with the fake's strides (computed on meta tensors) and
+    copied into that layout, values unchanged, when they differ."""
+    torch.manual_seed(0)
+    x, la, lb = torch.randn(1, 2, 3, 5, 4), -torch.rand(1, 2, 3, 5), -torch.rand(1, 2, 3, 5)
+    want = [torch.randn(4, 5, 3, 2, 1).permute(4, 3, 2, 1, 0), torch.randn(5, 3, 2, 1).permute(3, 2, 1, 0),
+            torch.randn(1, 2, 3, 5)]
+    backward = lambda grads, residuals, *args: [t.clone() for t in want]  # noqa: E731
+    monkeypatch.setitem(registry._IMPLEMENTATIONS, ("polyline_scan", "triton"), Impl(None, backward))
+    got = torch.ops.ppma.polyline_scan_backward([torch.randn_like(x)], [], x, la, lb, "both", None, "triton")
+    for g, w in zip(got, want):
+        assert torch.equal(g, w) and g.is_contiguous() and g.device == w.device

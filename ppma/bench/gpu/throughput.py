@@ -9,6 +9,7 @@ running sum of the allocations the profiler records.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import torch
 
 from ppma.kernels.common.timing import median_seconds, peak_memory
 
+from .. import step_count
 from .correctness import backend
 
 MIB = 2**20
@@ -38,18 +40,10 @@ def inference_step(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], None
 
 
 def training_step(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
-    """One bf16-autocast training step of ``model`` on ``x`` (AdamW, loss: the mean output)."""
+    """One bf16-autocast training step of ``model`` on ``x`` (AdamW, loss: the mean of every
+    output, :func:`ppma.bench.step_count.training_step`)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step():
-        with torch.autocast(x.device.type, dtype=torch.bfloat16):
-            out = model(x)
-        if isinstance(out, (list, tuple)):
-            out = torch.cat([o.float().flatten() for o in out])
-        out.float().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return step
+    return functools.partial(step_count.training_step, model, x, optimizer, torch.bfloat16, outputs="all")
 
 
 def measure(step: Callable[[], None], device: torch.device, repeats: Repeats) -> tuple[float, float]:

@@ -3,7 +3,7 @@ with its FLOP formula and its Triton kernels (``ppma.kernels.polyline_attention`
 computed per tile, nothing ``N x N`` is stored), the default on CUDA; the reference elsewhere.
 ``PPMA_BACKEND`` (or ``backend=``) forces either. ``auto`` routes the criss-cross kind on grids of
 at most :data:`CRISS_CROSS_TORCH_MAX_TOKENS` tokens to the torch path, which was faster there
-(:func:`route`). The FlexAttention form of the vanilla kind (:mod:`.flex`) is a benchmark
+(:func:`triton_auto_for`, the Triton kernel's per-shape rule in the registry). The FlexAttention form of the vanilla kind (:mod:`.flex`) is a benchmark
 column, not a backend."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ppma.kernels.common.runtime import triton_checks
 from .._autocast import autocast_inputs
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask_impl.op import log_mask_flops
-from ..registry import Impl, Kernel, cpu_only, register, requested_backend, select_backend
+from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
 
@@ -29,14 +29,11 @@ from .reference import FORMS, KINDS, polyline_attention_reference
 CRISS_CROSS_TORCH_MAX_TOKENS = 80 * 80
 
 
-def route(chosen: str, requested: str, kind: str, grid) -> str:
-    """The backend that runs: ``chosen`` by :func:`select_backend`, except that an ``auto`` choice
-    (``requested``) of the Triton kernels for the criss-cross kind on a grid of at most
-    :data:`CRISS_CROSS_TORCH_MAX_TOKENS` tokens becomes ``'torch'``."""
-    small = math.prod(grid) <= CRISS_CROSS_TORCH_MAX_TOKENS
-    if chosen == "triton" and requested == "auto" and kind == "criss_cross" and small:
-        return "torch"
-    return chosen
+def triton_auto_for(q, k, v, log_alpha, log_beta, log_gamma, kind, form) -> bool:
+    """not the criss-cross kind on grids of at most 80 x 80 tokens (CRISS_CROSS_TORCH_MAX_TOKENS)
+
+    The ``auto_for`` of the Triton kernel: ``q`` is its shape ``(B, heads, *grid, d)``."""
+    return not (kind == "criss_cross" and math.prod(q[2:-1]) <= CRISS_CROSS_TORCH_MAX_TOKENS)
 
 
 def _flops(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
@@ -103,7 +100,8 @@ OP = register(
     fake=_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", load=_load_triton, **triton_checks(("polyline_attention.vanilla", "polyline_attention.line"))),
+        Kernel("triton", load=_load_triton, auto_for=triton_auto_for,
+               **triton_checks(("polyline_attention.vanilla", "polyline_attention.line"))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )
@@ -129,7 +127,7 @@ def polyline_attention(
     (mask inside the softmax, the released weights) or ``'paper'``. Differentiable in every
     tensor. ``backend``: as in :func:`ppma.ops.select_backend` (``'triton'``: the fused kernels,
     fp32/fp16/bf16 ``q``, ``k``, ``v``; ``'torch'``: the reference); ``auto`` runs the criss-cross
-    kind on small grids on the torch path (:func:`route`).
+    kind on small grids on the torch path (:func:`triton_auto_for`).
     """
     check_choice("kind", kind, KINDS)
     check_choice("form", form, FORMS)
@@ -140,6 +138,5 @@ def polyline_attention(
     check_decays(log_alpha, log_beta, log_gamma, grid_shape=q.shape[:-1], x_name="q")
     if v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"v has grid {tuple(v.shape[:-1])} but q has {tuple(q.shape[:-1])}")
-    chosen = select_backend("polyline_attention", q.device, backend)
-    chosen = route(chosen, requested_backend() if backend is None else backend, kind, q.shape[2:-1])
-    return OP(q, k, v, log_alpha, log_beta, log_gamma, kind, form, backend=chosen)
+    args = (q, k, v, log_alpha, log_beta, log_gamma, kind, form)
+    return OP(*args, backend=select_backend("polyline_attention", q.device, backend, arguments=args))

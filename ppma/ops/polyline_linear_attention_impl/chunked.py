@@ -19,8 +19,6 @@ sums are fp32 (fp64 for fp64 inputs) whatever the input dtype.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..polyline_attention_impl.reference import _at_least_fp32
@@ -63,9 +61,8 @@ def _kernel_args(x: torch.Tensor, factors: list[torch.Tensor]):
     return x.unsqueeze(1), decays[0], decays[1], "both", decays[2]
 
 
-@functools.cache
 def _scan_kernel() -> Impl:
-    """The ``'triton'`` :class:`~ppma.ops.registry.Impl` of ``polyline_scan``, from the registry."""
+    """The ``'triton'`` :class:`~ppma.ops.registry.Impl` of ``polyline_scan``, from the registry (which caches it)."""
     return implementation(get_op("polyline_scan"), "triton")
 
 
