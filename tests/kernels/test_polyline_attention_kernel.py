@@ -29,6 +29,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
         "Triton kernels need a CUDA device or TRITON_INTERPRET=1 (CPU interpreter)", allow_module_level=True
     )
 
+from ppma.kernels.common import tuning  # noqa: E402
 from ppma.kernels.polyline_attention import vanilla  # noqa: E402
 from ppma.ops import polyline_attention, polyline_attention_reference  # noqa: E402
 from ppma.ops.polyline_attention.flex import polyline_attention_flex  # noqa: E402
@@ -166,15 +167,27 @@ def test_backward_fake_describes_the_backward(kind, grid):
         assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
 
 
-def test_head_dims_above_32_prune_the_configurations_that_spill():
-    """On a GPU the autotuner first drops the configurations whose accumulators need more than 64
-    registers per thread (4 warps at head dim 64 and up spilled when compiled): at head dim 32
-    every configuration stays (as the resource table has them), at 128 the 8-warp 64-token one."""
-    for backward, configs in ((False, vanilla.FWD_CONFIGS), (True, vanilla.BWD_CONFIGS)):
-        prune = vanilla.accumulator_prune(backward)
-        assert prune(configs, {}, BLOCK_D=32, BLOCK_DV=32, PAPER=False) == configs
-        kept = prune(configs, {}, BLOCK_D=128, BLOCK_DV=128, PAPER=False)
-        assert [(c.kwargs["BLOCK"], c.num_warps) for c in kept] == [(64, 8)]
+def test_launches_run_the_configurations_that_spill_least(resource_table):
+    """On a GPU the autotuner first keeps the configurations whose resource-table rows spill the
+    fewest bytes on that architecture (none, where one compiles without spills); configurations
+    without rows are dropped, and with no row at all (an architecture or a head dim the table
+    lacks) the first configuration runs."""
+    kernel = vanilla._bwd_dkdv_kernel
+    configs = list(kernel.tuning.configs)
+    variant = "bf16 3d official d<=32 cols16"
+    names = [tuning.row_name(kernel.tuning.kernel_id, variant, c) for c in configs]
+
+    def row(sm80, sm90):
+        return {"sm_80": {"shared": 0, "registers": 255, "spills": sm80},
+                "sm_90": {"shared": 0, "registers": 255, "spills": sm90}}
+
+    resource_table({names[0]: row(72, 0), names[1]: row(32, 0)})
+    assert vanilla.least_spilling(kernel, variant, configs, (9, 0)) == configs  # both clean
+    assert vanilla.least_spilling(kernel, variant, configs, (8, 0)) == [configs[1]]  # the least
+    resource_table({names[1]: row(0, 8)})
+    assert vanilla.least_spilling(kernel, variant, configs, (8, 0)) == [configs[1]]  # no row: dropped
+    assert vanilla.least_spilling(kernel, "bf16 3d official d>128 cols16", configs, (9, 0)) == [configs[0]]
+    assert vanilla.least_spilling(kernel, variant, configs, (12, 0)) == [configs[0]]
 
 
 class LaunchCounter:
