@@ -147,20 +147,21 @@ def _load_rows(ptr, n, ok, stride_n, c, C):
 
 
 @triton.jit
-def _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W):
-    """Per column block: ``|Ga[F] - Ga[F's row, L's column]|``, ``Gb[F's row, L's column]``
-    ``(BLOCK, COLS)`` and ``sign(j_F - j_L)``."""
+def _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W):
+    """Per column block: ``|Ga[F] - Ga[F's row, L's column]|`` and ``Gb[F's row, L's column]``
+    ``(BLOCK, COLS)``."""
     corner = (f_t * HW + f_i * W)[:, None] + l_j[None, :]
     ok = f_ok[:, None] & l_ok[None, :]
     a = tl.abs(ga_f[:, None] - tl.load(Ga + corner, mask=ok, other=0.0))
-    return a, tl.load(Gb + corner, mask=ok, other=0.0), _sign(f_j[:, None] - l_j[None, :])
+    return a, tl.load(Gb + corner, mask=ok, other=0.0)
 
 
 @triton.jit
 def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j, l_ok, HW, W,
                IS_3D: tl.constexpr):
     """``(M(F, L), M(L, F))`` ``(BLOCK, COLS)`` for the loop row ``(l_t, l_i)``; ``a_fl``, ``gb_fl``:
-    the column block's :func:`_corner_tables`; ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``."""
+    the column block's :func:`_corner_tables`; ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``. Both
+    masks are -inf at ``L``'s padding columns (their ``Ga``, ``Gb`` read as +inf): they weigh 0."""
     ga_l = tl.load(Ga + l_n, mask=l_ok, other=float("inf"))
     row_l = l_t * HW + l_i * W  # L's row, F's columns
     ya = tl.load(Ga + row_l + f_j, mask=f_ok, other=0.0)
@@ -220,7 +221,7 @@ def _fwd_kernel(
     for cb in range(0, tl.cdiv(W, COLS)):
         l_j = cb * COLS + col
         l_ok = l_j < W
-        a_fl, gb_fl, _sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W)
         for r in range(0, T * H):
             l_t = r // H
             l_i = r % H
@@ -356,6 +357,9 @@ def _bwd_pass(
     ga_f = tl.load(Ga + f_n, mask=f_ok, other=0.0)
     gb_f = tl.load(Gb + f_n, mask=f_ok, other=0.0)
     gc_f = tl.load(Gc + f_n, mask=f_ok, other=0.0)
+    # Padding tokens weigh 0: L's by their masks (:func:`_log_masks`), the queries' (dq pass: F's)
+    # by +inf log-sum-exps; F's padding keys (dk/dv pass) only reach rows never stored, and the
+    # corner sums, zeroed there.
     if not KEYS_FIXED:  # the queries' softmax statistics, (BLOCK, 1)
         lse_1 = tl.load(STATS + row + f_n, mask=f_ok, other=float("inf"))[:, None]
         d_1 = tl.load(STATS + plane + row + f_n, mask=f_ok, other=0.0)[:, None]
@@ -370,7 +374,7 @@ def _bwd_pass(
     for cb in range(0, tl.cdiv(W, COLS)):
         l_j = cb * COLS + col
         l_ok = l_j < W
-        a_fl, gb_fl, _sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W)
         ca = tl.zeros((BLOCK, COLS), tl.float32)
         cb_acc = tl.zeros((BLOCK, COLS), tl.float32)
         for l_t in range(0, T):
