@@ -109,7 +109,7 @@ def vanilla_model(shape, form, element_size, block=64):
     }
     model = {}
     for name, p in passes.items():
-        cols = columns(ww, backward=name == "bwd", fp32=element_size == 4)
+        cols = columns(ww, backward=name == "bwd", fp32=element_size == 4, head=d)
         rows, col_blocks = block // cols, -(-ww // cols)
         fixed = -(-hh // rows) * rows * col_blocks * cols  # padded tokens, fixed side
         loop = hh * col_blocks * cols  # padded tokens, loop side

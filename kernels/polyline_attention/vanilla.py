@@ -74,11 +74,11 @@ FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side
 HEAD_BLOCKS = (32, 64, 128)
 
 
-def columns(width: int, backward: bool, fp32: bool = False) -> int:
+def columns(width: int, backward: bool, fp32: bool = False, head: int = 32) -> int:
     """``COLS``: the columns of every tile for a grid ``width`` wide: of the widths offered (16 or
-    32 forward, 16 backward and for ``fp32`` inputs, whose 32-column tiles spilled in every
-    configuration) the one that pads the rows least, the wider on a tie."""
-    offered = BWD_COLS if backward or fp32 else FWD_COLS
+    32 forward; 16 backward, for ``fp32`` inputs and for head-dim blocks ``head`` above 32, whose
+    32-column tiles spilled) the one that pads the rows least, the wider on a tie."""
+    offered = BWD_COLS if backward or fp32 or head > 32 else FWD_COLS
     return min(offered, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
 
 
@@ -507,8 +507,9 @@ def _launch_sizes(q, v, log_gamma, backward):
     """``(T, H, W)`` (``T = 1`` on a 2-D grid) and the constexprs every kernel takes."""
     grid = q.shape[2:-1]
     frames, height, width = (grid if log_gamma is not None else (1, *grid))
-    consts = dict(IS_3D=log_gamma is not None, PRECISION=precision(q.dtype), COLS=columns(width, backward, q.dtype == torch.float32),
-                  **channel_blocks(q.shape[-1], v.shape[-1]))
+    blocks = channel_blocks(q.shape[-1], v.shape[-1])
+    consts = dict(IS_3D=log_gamma is not None, PRECISION=precision(q.dtype), **blocks,
+                  COLS=columns(width, backward, q.dtype == torch.float32, max(blocks.values())))
     return (frames, height, width), consts
 
 
@@ -611,7 +612,7 @@ def compile_cases() -> list[tuning.CompileCase]:
             HEAD_BLOCKS):
         pointers = {name: f"*{dtype}" for name in INPUT_POINTERS}
         pointers.update({name: "*fp32" for name in FP32_POINTERS})
-        for cols in BWD_COLS if kernel is not _fwd_kernel or dtype == "fp32" else FWD_COLS:
+        for cols in BWD_COLS if kernel is not _fwd_kernel or dtype == "fp32" or head > 32 else FWD_COLS:
             constexprs = dict(IS_3D=is_3d, PAPER=paper, PRECISION=precision(dtype), COLS=cols, BLOCK_D=head,
                               BLOCK_DV=head)
             names = {tuning.row_name(kernel.tuning.kernel_id, kernel.tuning.variant({"Q": f"*{dtype}", **constexprs}),
