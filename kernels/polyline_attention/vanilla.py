@@ -56,17 +56,18 @@ from .launch import channel_blocks, head_bucket, precision
 # tiles (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
 # accumulators live in registers, 16 rows per warp (mma layouts put every warp along the rows, so
 # 64-token tiles on 8 warps hold as many registers per thread as on 4), and the backward takes
-# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). Which configuration a
-# launch may run is the resource table's (:func:`spill_prune`): those that compile without
-# register spills on the launch's GPU.
+# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). Every kernel may take
+# every register (with Triton's ptxas options, --regAllocOptLevel=2, some stopped at 128 and
+# spilled). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
+# those that compile without register spills on the launch's GPU.
 FWD_CONFIGS = [
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2, maxnreg=255),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2, maxnreg=255),
+    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2, maxnreg=255),
 ]
 BWD_CONFIGS = [  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes): not offered
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1, maxnreg=255),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1, maxnreg=255),
 ]
 FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
 # The resource table's channel blocks: head dims up to 32 count as 32, up to 64 as 64, up to 128 as
@@ -620,5 +621,5 @@ def compile_cases() -> list[tuning.CompileCase]:
             for case in tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs):
                 if case.name in names:
                     bf16 = case.name.replace(" | fp16 ", " | bf16 ", 1) if dtype == "fp16" else None
-                    cases.append(dataclasses.replace(case, same_as=bf16))
+                    cases.append(dataclasses.replace(case, same_as=bf16, options={"maxnreg": 255}))
     return cases

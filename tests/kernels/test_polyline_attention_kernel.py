@@ -296,7 +296,8 @@ for kernel in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_ke
         with contextlib.redirect_stdout(log):
             compiled = triton.compile(ASTSource(fn=case.kernel, signature=case.signature, constexprs=case.constexprs),
                                       target=GPUTarget("cuda", arch, 32),
-                                      options=dict(num_warps=case.num_warps, num_stages=case.num_stages))
+                                      options=dict(num_warps=case.num_warps, num_stages=case.num_stages,
+                                                   **case.options))
         spills = re.findall(r"(\d+) bytes spill stores", log.getvalue())
         out.append([case.name, arch, compiled.metadata.shared, int(spills[-1]) if spills else 0])
 json.dump(out, sys.stdout)
