@@ -56,14 +56,15 @@ from .launch import channel_blocks, head_bucket, precision
 # tiles (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
 # accumulators live in registers, 16 rows per warp (mma layouts put every warp along the rows, so
 # 64-token tiles on 8 warps hold as many registers per thread as on 4), and the backward takes
-# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). Every kernel may take
-# every register (with Triton's ptxas options, --regAllocOptLevel=2, some stopped at 128 and
-# spilled). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
+# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). The backward may take
+# every register (with Triton's ptxas options, --regAllocOptLevel=2, its fp32 configurations on 8
+# warps stopped at 128 registers and spilled; the forward's spilled more with the bound than
+# without). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
 # those that compile without register spills on the launch's GPU.
 FWD_CONFIGS = [
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2, maxnreg=255),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2, maxnreg=255),
-    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2, maxnreg=255),
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
 ]
 BWD_CONFIGS = [  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes): not offered
     triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1, maxnreg=255),
@@ -616,10 +617,11 @@ def compile_cases() -> list[tuning.CompileCase]:
         for cols in BWD_COLS if kernel is not _fwd_kernel or dtype == "fp32" or head > 32 else FWD_COLS:
             constexprs = dict(IS_3D=is_3d, PAPER=paper, PRECISION=precision(dtype), COLS=cols, BLOCK_D=head,
                               BLOCK_DV=head)
-            names = {tuning.row_name(kernel.tuning.kernel_id, kernel.tuning.variant({"Q": f"*{dtype}", **constexprs}),
-                                     c) for c in offered(kernel.tuning.configs, head)}
-            for case in tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs):
-                if case.name in names:
+            keep = offered(kernel.tuning.configs, head)
+            for case, config in zip(tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs),
+                                    kernel.tuning.configs):
+                if config in keep:
                     bf16 = case.name.replace(" | fp16 ", " | bf16 ", 1) if dtype == "fp16" else None
-                    cases.append(dataclasses.replace(case, same_as=bf16, options={"maxnreg": 255}))
+                    options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
+                    cases.append(dataclasses.replace(case, same_as=bf16, options=options))
     return cases
