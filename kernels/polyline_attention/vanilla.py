@@ -56,10 +56,10 @@ from .launch import channel_blocks, head_bucket, precision
 # tiles (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
 # accumulators live in registers, 16 rows per warp (mma layouts put every warp along the rows, so
 # 64-token tiles on 8 warps hold as many registers per thread as on 4), and the backward takes
-# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). The backward may take
+# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). The dk/dv pass may take
 # every register (with Triton's ptxas options, --regAllocOptLevel=2, its fp32 configurations on 8
-# warps stopped at 128 registers and spilled; the forward's spilled more with the bound than
-# without). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
+# warps stopped at 128 registers and spilled; the forward and the dq pass spilled more with the
+# bound than without). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
 # those that compile without register spills on the launch's GPU.
 FWD_CONFIGS = [
     triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
@@ -67,9 +67,11 @@ FWD_CONFIGS = [
     triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
 ]
 BWD_CONFIGS = [  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes): not offered
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1, maxnreg=255),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1, maxnreg=255),
+    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
+    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
 ]
+DKDV_CONFIGS = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=255)
+                for c in BWD_CONFIGS]
 FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
 # The resource table's channel blocks: head dims up to 32 count as 32, up to 64 as 64, up to 128 as
 # 128 (larger ones have no rows: their launches run the first configuration, untuned).
@@ -431,7 +433,7 @@ def _bwd_pass(
     return acc_d, acc_dv, f_n, f_ok
 
 
-@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_bwd_dkdv_kernel"),
+@tuning.autotune(DKDV_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_bwd_dkdv_kernel"),
                  reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dkdv_kernel(
