@@ -109,7 +109,7 @@ def vanilla_model(shape, form, element_size, block=64):
     }
     model = {}
     for name, p in passes.items():
-        cols = columns(ww, backward=name == "bwd")
+        cols = columns(ww, backward=name == "bwd", fp32=element_size == 4, head=d)
         rows, col_blocks = block // cols, -(-ww // cols)
         fixed = -(-hh // rows) * rows * col_blocks * cols  # padded tokens, fixed side
         loop = hh * col_blocks * cols  # padded tokens, loop side
@@ -192,7 +192,7 @@ def recompilation_check(device, dtype, kind, form, sizes=20):
     counts, buckets = [], set()
     for i in range(sizes):
         shape = (rng.randint(1, 4), 8, rng.randint(10, 64), rng.randint(10, 64), 32)
-        buckets.add(vanilla.columns(shape[3], backward=False))
+        buckets.add(vanilla.columns(shape[3], backward=False, fp32=dtype == torch.float32))
         inputs, grad = make_inputs(shape, dtype, device, True)
         out = polyline_attention(*inputs, kind=kind, form=form, backend="triton")
         torch.autograd.grad(out, inputs, grad)

@@ -21,10 +21,13 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
-from ..common.strided import pow2
-from .vanilla import HEAD_BLOCKS, _sign
+from .launch import channel_blocks, head_bucket, precision
+from .vanilla import _sign
 
 # Tile sizes the autotuner chooses among (the first one alone under the interpreter).
+# The resource table's head-dim blocks: head dims up to 32 count as 32; larger ones have no rows
+# (their launches run the first configuration, untuned).
+HEAD_BLOCKS = (32,)
 CONFIGS = [
     triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=2, num_stages=1),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
@@ -33,8 +36,7 @@ CONFIGS = [
 
 def _variant(args) -> str:
     """``'fp16 official d<=32'``: the resource table's name of a launch."""
-    head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
-    return f"{args['Q'][1:]} {'paper' if args['PAPER'] else 'official'} d{head}"
+    return f"{args['Q'][1:]} {'paper' if args['PAPER'] else 'official'} {head_bucket(args, HEAD_BLOCKS)}"
 
 
 @tuning.autotune(CONFIGS, key=["n"], variant=_variant)
@@ -138,8 +140,7 @@ def _launch_args(q, y, tile: str):
     """``(grid, sizes, constexprs)``; the grid has one program per ``tile`` (``'BLOCK_M'``: query
     tiles, ``'BLOCK_N'``: key tiles) and line."""
     lines, n, d = q.shape
-    consts = dict(PRECISION="ieee" if q.dtype == torch.float32 else "tf32", BLOCK_D=max(16, pow2(d)),
-                  BLOCK_DV=max(16, pow2(y.shape[-1])))
+    consts = dict(PRECISION=precision(q.dtype), **channel_blocks(d, y.shape[-1]))
     return lambda meta: (triton.cdiv(n, meta[tile]), lines), (n, d, y.shape[-1]), consts
 
 
@@ -172,6 +173,6 @@ def compile_cases() -> list[tuning.CompileCase]:
             (_line_fwd_kernel, _line_bwd_kernel), ("fp32", "fp16", "bf16"), (False, True), HEAD_BLOCKS):
         pointers = {name: f"*{dtype}" for name in ("Q", "K", "Y", "O", "DO", "DY")}
         pointers.update({name: "*fp32" for name in ("G", "LSE", "DELTA", "DQ", "DK", "DG")})
-        constexprs = dict(PAPER=paper, PRECISION="ieee" if dtype == "fp32" else "tf32", BLOCK_D=head, BLOCK_DV=head)
+        constexprs = dict(PAPER=paper, PRECISION=precision(dtype), BLOCK_D=head, BLOCK_DV=head)
         cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
     return cases

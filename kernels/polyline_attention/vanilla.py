@@ -40,6 +40,7 @@ element). ``dGa``, ``dGb``, ``dGc`` become decay gradients by reverse cumulative
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -48,14 +49,18 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
-from ..common.strided import pow2
+from .launch import channel_blocks, head_bucket, precision
 
 # Fixed tiles of BLOCK tokens (the autotuner's choice; the interpreter runs the first) on rows of
-# COLS columns (the launcher's: :func:`columns`). Registers bound the tiles: each BLOCK x COLS fp32
-# tile (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
-# accumulators live in registers; ptxas spills 32-token tiles more than 64-token ones (mma
-# layouts), and the backward takes one pipeline stage (the loop tiles' prefetch costs it 20-40
-# registers).
+# COLS columns (the launcher's: :func:`columns`). Registers bound the tiles: the BLOCK x COLS fp32
+# tiles (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
+# accumulators live in registers, 16 rows per warp (mma layouts put every warp along the rows, so
+# 64-token tiles on 8 warps hold as many registers per thread as on 4), and the backward takes
+# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). The dk/dv pass may take
+# every register (with Triton's ptxas options, --regAllocOptLevel=2, its fp32 configurations on 8
+# warps stopped at 128 registers and spilled; the forward and the dq pass spilled more with the
+# bound than without). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
+# those that compile without register spills on the launch's GPU.
 FWD_CONFIGS = [
     triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
     triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
@@ -65,40 +70,52 @@ BWD_CONFIGS = [  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes): not o
     triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
     triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
 ]
+DKDV_CONFIGS = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=255)
+                for c in BWD_CONFIGS]
 FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
-ACCUMULATOR_REGISTERS = 64  # fp32 accumulator registers per thread beyond which a configuration is pruned
-# The resource table's channel blocks: head dims up to 32 count as 32; larger ones have no rows
-# (their launches run the first configuration, untuned).
-HEAD_BLOCKS = (32,)
+# The resource table's channel blocks: head dims up to 32 count as 32, up to 64 as 64, up to 128 as
+# 128 (larger ones have no rows: their launches run the first configuration, untuned).
+HEAD_BLOCKS = (32, 64, 128)
 
 
-def columns(width: int, backward: bool) -> int:
+def columns(width: int, backward: bool, fp32: bool = False, head: int = 32) -> int:
     """``COLS``: the columns of every tile for a grid ``width`` wide: of the widths offered (16 or
-    32 forward, 16 backward) the one that pads the rows least, the wider on a tie."""
-    return min(BWD_COLS if backward else FWD_COLS, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
+    32 forward; 16 backward, for ``fp32`` inputs and for head-dim blocks ``head`` above 32, whose
+    32-column tiles spilled) the one that pads the rows least, the wider on a tie."""
+    offered = BWD_COLS if backward or fp32 or head > 32 else FWD_COLS
+    return min(offered, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
 
 
 def _variant(args) -> str:
     """``'fp16 3d official d<=32 cols16'``: the resource table's name of a launch (:mod:`..common.tuning`)."""
-    head = tuning.bucket(max(args["BLOCK_D"], args["BLOCK_DV"]), HEAD_BLOCKS)
     form = "paper" if args["PAPER"] else "official"
-    return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} d{head} cols{args['COLS']}"
+    return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} {head_bucket(args, HEAD_BLOCKS)} cols{args['COLS']}"
 
 
-def accumulator_prune(backward: bool):
-    """The kernels' ``early_config_prune`` (:func:`tuning.autotune`'s ``prune``): drop the
-    configurations whose fp32 accumulators, ``(BLOCK, 2 dv)`` forward (official form; ``dv``
-    paper) or ``(BLOCK, d + dv)`` backward, take more than :data:`ACCUMULATOR_REGISTERS` registers
-    per thread (they spill: head dims above 32 with few warps); when none is left, the one with
-    the fewest tokens per warp. Every configuration stays at head dims up to 32."""
+def least_spilling(tuned, variant: str, configs, capability: tuple[int, int]) -> list[triton.Config]:
+    """Of ``configs`` of the autotuned kernel ``tuned``, those whose rows in the resource table
+    spill the fewest register bytes on a GPU of compute ``capability`` for the launch ``variant``
+    (``'bf16 3d official d<=32 cols16'``): the ones that compile without spills wherever one does.
+    The configurations without a row are dropped; with none left (an architecture or a variant
+    the table lacks), the first configuration."""
+    arch, table = f"sm_{tuning.arch_of(capability)}", tuning.resource_table()
+    rows = [(c, table.get(tuning.row_name(tuned.tuning.kernel_id, variant, c))) for c in configs]
+    spills = [(c, row[arch]["spills"]) for c, row in rows if row is not None and arch in row]
+    if not spills:
+        return list(configs[:1])
+    least = min(n for _, n in spills)
+    return [c for c, n in spills if n == least]
+
+
+def spill_prune(kernel: str):
+    """The ``early_config_prune`` of the kernel named ``kernel`` (:func:`tuning.autotune`'s
+    ``prune``): :func:`least_spilling` on the launch's GPU."""
     def prune(configs, nargs, **launch):
         args = {**nargs, **launch}
-        if backward:
-            width = args["BLOCK_D"] + args["BLOCK_DV"]
-        else:
-            width = args["BLOCK_DV"] * (1 if args["PAPER"] else 2)
-        kept = [c for c in configs if c.kwargs["BLOCK"] * width <= ACCUMULATOR_REGISTERS * 32 * c.num_warps]
-        return kept or [min(configs, key=lambda c: c.kwargs["BLOCK"] / c.num_warps)]
+        tuned = globals()[kernel]
+        device = next(a.device for a in args.values() if isinstance(a, torch.Tensor))
+        return least_spilling(tuned, _variant(tuning.launch_types(args)), configs,
+                              torch.cuda.get_device_capability(device))
     return prune
 
 
@@ -134,28 +151,29 @@ def _load_rows(ptr, n, ok, stride_n, c, C):
 
 
 @triton.jit
-def _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W):
-    """Per column block: ``|Ga[F] - Ga[F's row, L's column]|``, ``Gb[F's row, L's column]``
-    ``(BLOCK, COLS)`` and ``sign(j_F - j_L)``."""
+def _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W):
+    """Per column block: ``|Ga[F] - Ga[F's row, L's column]|`` and ``Gb[F's row, L's column]``
+    ``(BLOCK, COLS)``."""
     corner = (f_t * HW + f_i * W)[:, None] + l_j[None, :]
     ok = f_ok[:, None] & l_ok[None, :]
     a = tl.abs(ga_f[:, None] - tl.load(Ga + corner, mask=ok, other=0.0))
-    return a, tl.load(Gb + corner, mask=ok, other=0.0), _sign(f_j[:, None] - l_j[None, :])
+    return a, tl.load(Gb + corner, mask=ok, other=0.0)
 
 
 @triton.jit
 def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j, l_ok, HW, W,
                IS_3D: tl.constexpr):
     """``(M(F, L), M(L, F))`` ``(BLOCK, COLS)`` for the loop row ``(l_t, l_i)``; ``a_fl``, ``gb_fl``:
-    the column block's :func:`_corner_tables`; ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``."""
-    ga_l = tl.load(Ga + l_n, mask=l_ok, other=0.0)
+    the column block's :func:`_corner_tables`; ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``. Both
+    masks are -inf at ``L``'s padding columns (their ``Ga``, ``Gb`` read as +inf): they weigh 0."""
+    ga_l = tl.load(Ga + l_n, mask=l_ok, other=float("inf"))
     row_l = l_t * HW + l_i * W  # L's row, F's columns
     ya = tl.load(Ga + row_l + f_j, mask=f_ok, other=0.0)
     yb = tl.load(Gb + row_l + f_j, mask=f_ok, other=0.0)
     if IS_3D:
         # M(F, L): Gb, Gc at (F's frame, L's row and column); M(L, F): at (L's frame, F's row and column)
         fl = f_t * HW + l_i * W + l_j
-        gb_fl_l = tl.load(Gb + fl, mask=l_ok, other=0.0)
+        gb_fl_l = tl.load(Gb + fl, mask=l_ok, other=float("inf"))
         gc_fl_l = tl.load(Gc + fl, mask=l_ok, other=0.0)
         c_fl = tl.abs(gc_fl_l - tl.load(Gc + l_n, mask=l_ok, other=0.0))
         lf = l_t * HW + f_i * W + f_j
@@ -164,12 +182,12 @@ def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_
         m_fl = -a_fl - tl.abs(gb_fl - gb_fl_l[None, :]) - c_fl[None, :]
     else:
         r_lf = tl.abs(yb - gb_f)
-        m_fl = -a_fl - tl.abs(gb_fl - tl.load(Gb + l_n, mask=l_ok, other=0.0)[None, :])
+        m_fl = -a_fl - tl.abs(gb_fl - tl.load(Gb + l_n, mask=l_ok, other=float("inf"))[None, :])
     m_lf = -tl.abs(ga_l[None, :] - ya[:, None]) - r_lf[:, None]
     return m_fl, m_lf
 
 
-@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=accumulator_prune(False))
+@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_fwd_kernel"))
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
@@ -207,7 +225,7 @@ def _fwd_kernel(
     for cb in range(0, tl.cdiv(W, COLS)):
         l_j = cb * COLS + col
         l_ok = l_j < W
-        a_fl, gb_fl, _sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W)
         for r in range(0, T * H):
             l_t = r // H
             l_i = r % H
@@ -257,24 +275,40 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _mask_grads(PAPER: tl.constexpr, s, m_fl, m_lf, dp, lse_fl, d_fl, lse_lf, d_lf, valid):
-    """``(ds, g_fl, g_lf)``: the gradients of the logits and of the log masks ``M(F, L)``,
-    ``M(L, F)`` from ``dp = dO v^T`` (all ``(BLOCK, COLS)``, ``F`` x ``L``). ``lse_*``, ``d_*``:
-    each softmax's log-sum-exp and ``rowsum(dO * O)``, broadcast to the tile (paper form: the one
-    softmax's, in ``lse_fl``, ``d_fl``); ``valid``: the pairs of real tokens. Also returns the
-    attention weights."""
+def _probabilities(PAPER: tl.constexpr, s, m_fl, m_lf, lse_fl, lse_lf):
+    """``(p_fl, p_lf, p)`` ``(BLOCK, COLS)`` (``F`` x ``L``) from the logits ``s`` and the log masks
+    ``M(F, L)``, ``M(L, F)``; ``lse_*``: each softmax's log-sum-exp, broadcast to the tile (paper
+    form: the one softmax's, in ``lse_fl``). Official form: each softmax's probabilities and their
+    mean, the attention weights; paper form: the softmax's probabilities ``p`` times
+    ``exp(M(F, L))`` and times ``exp(M(L, F))`` (their sum is the attention weights), and ``p``."""
     if PAPER:
-        p = tl.where(valid, tl.exp(s - lse_fl), 0.0)
-        e_fl = tl.exp(m_fl)
-        e_lf = tl.exp(m_lf)
-        ds = p * (dp * (e_fl + e_lf) - d_fl)
-        g = dp * p
-        return ds, g * e_fl, g * e_lf, p * (e_fl + e_lf)
-    p_fl = tl.where(valid, tl.exp(s + m_fl - lse_fl), 0.0)
-    p_lf = tl.where(valid, tl.exp(s + m_lf - lse_lf), 0.0)
+        p = tl.exp(s - lse_fl)
+        return p * tl.exp(m_fl), p * tl.exp(m_lf), p
+    p_fl = tl.exp(s + m_fl - lse_fl)
+    p_lf = tl.exp(s + m_lf - lse_lf)
+    return p_fl, p_lf, 0.5 * (p_fl + p_lf)
+
+
+@triton.jit
+def _weights(PAPER: tl.constexpr, p_fl, p_lf, p):
+    """The attention weights from :func:`_probabilities`."""
+    if PAPER:
+        return p_fl + p_lf
+    return p
+
+
+@triton.jit
+def _mask_grads(PAPER: tl.constexpr, p_fl, p_lf, p, dp, d_fl, d_lf):
+    """``(ds, g_fl, g_lf)``: the gradients of the logits and of the log masks ``M(F, L)``,
+    ``M(L, F)`` from :func:`_probabilities` and ``dp = dO v^T`` (all ``(BLOCK, COLS)``). ``d_*``:
+    each softmax's ``rowsum(dO * O)``, broadcast to the tile (paper form: in ``d_fl``)."""
+    if PAPER:
+        g_fl = dp * p_fl
+        g_lf = dp * p_lf
+        return g_fl + g_lf - p * d_fl, g_fl, g_lf
     g_fl = p_fl * (0.5 * dp - d_fl)
     g_lf = p_lf * (0.5 * dp - d_lf)
-    return g_fl + g_lf, g_fl, g_lf, 0.5 * (p_fl + p_lf)
+    return g_fl + g_lf, g_fl, g_lf
 
 
 @triton.jit
@@ -327,11 +361,13 @@ def _bwd_pass(
     ga_f = tl.load(Ga + f_n, mask=f_ok, other=0.0)
     gb_f = tl.load(Gb + f_n, mask=f_ok, other=0.0)
     gc_f = tl.load(Gc + f_n, mask=f_ok, other=0.0)
-    ok = f_ok[:, None]
+    # Padding tokens weigh 0: L's by their masks (:func:`_log_masks`), the queries' (dq pass: F's)
+    # by +inf log-sum-exps; F's padding keys (dk/dv pass) only reach rows never stored, and the
+    # corner sums, zeroed there.
     if not KEYS_FIXED:  # the queries' softmax statistics, (BLOCK, 1)
-        lse_1 = tl.load(STATS + row + f_n, mask=f_ok, other=0.0)[:, None]
+        lse_1 = tl.load(STATS + row + f_n, mask=f_ok, other=float("inf"))[:, None]
         d_1 = tl.load(STATS + plane + row + f_n, mask=f_ok, other=0.0)[:, None]
-        lse_2 = tl.load(STATS + 2 * plane + row + f_n, mask=f_ok, other=0.0)[:, None]
+        lse_2 = tl.load(STATS + 2 * plane + row + f_n, mask=f_ok, other=float("inf"))[:, None]
         d_2 = tl.load(STATS + 3 * plane + row + f_n, mask=f_ok, other=0.0)[:, None]
     acc_d = tl.zeros((BLOCK, BLOCK_D), tl.float32)
     acc_dv = tl.zeros((BLOCK, BLOCK_DV), tl.float32)
@@ -342,7 +378,7 @@ def _bwd_pass(
     for cb in range(0, tl.cdiv(W, COLS)):
         l_j = cb * COLS + col
         l_ok = l_j < W
-        a_fl, gb_fl, sign_j = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_j, f_ok, l_j, l_ok, HW, W)
+        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W)
         ca = tl.zeros((BLOCK, COLS), tl.float32)
         cb_acc = tl.zeros((BLOCK, COLS), tl.float32)
         for l_t in range(0, T):
@@ -353,41 +389,42 @@ def _bwd_pass(
                 lm = _load_rows(L_MAT, l_n, l_ok, s_ln, c, D)
                 lo = _load_rows(L_OUT, l_n, l_ok, s_lon, cv, DV)
                 s = tl.dot(fm, tl.trans(lm), input_precision=PRECISION)
-                dp = tl.dot(fo, tl.trans(lo), input_precision=PRECISION)
                 m_fl, m_lf = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i,
                                         l_j, l_ok, HW, W, IS_3D)
                 if KEYS_FIXED:  # F = keys: V2H = M(L, F), H2V = M(F, L); statistics along L
-                    lse_v2h = tl.load(STATS + row + l_n, mask=l_ok, other=0.0)[None, :]
-                    d_v2h = tl.load(STATS + plane + row + l_n, mask=l_ok, other=0.0)[None, :]
-                    lse_h2v = tl.load(STATS + 2 * plane + row + l_n, mask=l_ok, other=0.0)[None, :]
-                    d_h2v = tl.load(STATS + 3 * plane + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    lse_v2h = tl.load(STATS + row + l_n, mask=l_ok, other=float("inf"))[None, :]
                     if PAPER:
-                        ds, g_fl, g_lf, w = _mask_grads(PAPER, s, m_fl, m_lf, dp, lse_v2h, d_v2h, lse_v2h, d_v2h,
-                                                        ok & l_ok[None, :])
+                        p_fl, p_lf, p = _probabilities(PAPER, s, m_fl, m_lf, lse_v2h, lse_v2h)
                     else:
-                        ds, g_fl, g_lf, w = _mask_grads(PAPER, s, m_fl, m_lf, dp, lse_h2v, d_h2v, lse_v2h, d_v2h,
-                                                        ok & l_ok[None, :])
-                    acc_dv += tl.dot(w.to(lo.dtype), lo, input_precision=PRECISION)
+                        lse_h2v = tl.load(STATS + 2 * plane + row + l_n, mask=l_ok, other=float("inf"))[None, :]
+                        p_fl, p_lf, p = _probabilities(PAPER, s, m_fl, m_lf, lse_h2v, lse_v2h)
+                    acc_dv += tl.dot(_weights(PAPER, p_fl, p_lf, p).to(lo.dtype), lo, input_precision=PRECISION)
+                    d_v2h = tl.load(STATS + plane + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    d_h2v = tl.load(STATS + 3 * plane + row + l_n, mask=l_ok, other=0.0)[None, :]
+                    d_fl, d_lf = (d_v2h, d_v2h) if PAPER else (d_h2v, d_v2h)
                 else:
-                    ds, g_fl, g_lf, w = _mask_grads(PAPER, s, m_fl, m_lf, dp, lse_1, d_1, lse_2, d_2,
-                                                    ok & l_ok[None, :])
+                    p_fl, p_lf, p = _probabilities(PAPER, s, m_fl, m_lf, lse_1, lse_2)
+                    d_fl, d_lf = d_1, d_2
+                dp = tl.dot(fo, tl.trans(lo), input_precision=PRECISION)
+                ds, g_fl, g_lf = _mask_grads(PAPER, p_fl, p_lf, p, dp, d_fl, d_lf)
                 acc_d += tl.dot(ds.to(lm.dtype), lm, input_precision=PRECISION)
                 # M(F, L): dGa at F and at the corner (F's row, L's column); dGb at the corner
-                ca += g_fl * sign_j
+                ca += g_fl
                 cb_acc -= g_fl * _sign(f_i - l_i)[:, None]
                 # M(L, F): dGb (3-D: and -dGc) at (L's frame, F's row and column), dGc at F
                 g_row = tl.sum(g_lf, 1)
                 frame_b += _sign(l_i - f_i) * g_row
                 if IS_3D:
-                    sign_t = _sign(l_t - f_t)
-                    frame_c -= sign_t * g_row
-                    own_c += sign_t * g_row
+                    frame_c -= _sign(l_t - f_t) * g_row
             if IS_3D:
                 at = DG + 3 * plane + l_t * HW + f_i * W + f_j  # the atomic slot
                 tl.atomic_add(at + plane, frame_b, mask=f_ok, sem="relaxed")
                 tl.atomic_add(at + 2 * plane, frame_c, mask=f_ok, sem="relaxed")
+                own_c -= frame_c
             else:
                 own_b += frame_b
+        ca = tl.where(f_ok[:, None], ca * _sign(f_j[:, None] - l_j[None, :]), 0.0)
+        cb_acc = tl.where(f_ok[:, None], cb_acc, 0.0)
         own_a -= tl.sum(ca, 1)
         _flush_corners(dg_corner, ca, cb_acc, f_t, f_row0, l_j, l_ok, H, W, HW, plane, BLOCK // COLS, COLS)
     tl.store(DG + f_n, own_a, mask=f_ok)
@@ -396,7 +433,7 @@ def _bwd_pass(
     return acc_d, acc_dv, f_n, f_ok
 
 
-@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=accumulator_prune(True),
+@tuning.autotune(DKDV_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_bwd_dkdv_kernel"),
                  reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dkdv_kernel(
@@ -420,7 +457,7 @@ def _bwd_dkdv_kernel(
              mask=f_ok[:, None] & (cv[None, :] < DV))
 
 
-@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=accumulator_prune(True),
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_bwd_dq_kernel"),
                  reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dq_kernel(
@@ -474,9 +511,9 @@ def _launch_sizes(q, v, log_gamma, backward):
     """``(T, H, W)`` (``T = 1`` on a 2-D grid) and the constexprs every kernel takes."""
     grid = q.shape[2:-1]
     frames, height, width = (grid if log_gamma is not None else (1, *grid))
-    consts = dict(IS_3D=log_gamma is not None, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                  COLS=columns(width, backward), BLOCK_D=max(16, pow2(q.shape[-1])),
-                  BLOCK_DV=max(16, pow2(v.shape[-1])))
+    blocks = channel_blocks(q.shape[-1], v.shape[-1])
+    consts = dict(IS_3D=log_gamma is not None, PRECISION=precision(q.dtype), **blocks,
+                  COLS=columns(width, backward, q.dtype == torch.float32, max(blocks.values())))
     return (frames, height, width), consts
 
 
@@ -562,18 +599,31 @@ INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inpu
 FP32_POINTERS = ("Ga", "Gb", "Gc", "O1", "LSE", "DG", "STATS")
 
 
+def offered(configs, head: int) -> list[triton.Config]:
+    """The configurations the resource table has rows for at the head-dim block ``head``: every
+    one up to 32; above, the 64-token tile on 8 warps alone (compiled, the others spilled more)."""
+    return [c for c in configs if head <= 32 or (c.kwargs["BLOCK"], c.num_warps) == (64, 8)]
+
+
 def compile_cases() -> list[tuning.CompileCase]:
-    """Every configuration of the three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for
-    fp32, fp16 and bf16, 2-D and 3-D grids, the official form (the released weights'; a launch of
-    the paper form has no rows and runs the first configuration), the head-dim blocks of
-    :data:`HEAD_BLOCKS` and every tile width :func:`columns` gives (``tools/kernel_resources.py``)."""
-    widths = {_fwd_kernel: FWD_COLS, _bwd_dkdv_kernel: BWD_COLS, _bwd_dq_kernel: BWD_COLS}
+    """The three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for fp32, fp16 and bf16, 2-D and
+    3-D grids, both forms, the head-dim blocks of :data:`HEAD_BLOCKS`, every tile width
+    :func:`columns` gives and the configurations :func:`offered` keeps (``tools/kernel_resources.py``).
+    fp16 rows take bf16's numbers (``same_as``: the same layouts)."""
     cases = []
-    for kernel, dtype, is_3d, head in itertools.product(widths, ("fp32", "fp16", "bf16"), (False, True), HEAD_BLOCKS):
+    for kernel, dtype, is_3d, paper, head in itertools.product(
+            (_fwd_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel), ("fp32", "fp16", "bf16"), (False, True), (False, True),
+            HEAD_BLOCKS):
         pointers = {name: f"*{dtype}" for name in INPUT_POINTERS}
         pointers.update({name: "*fp32" for name in FP32_POINTERS})
-        for cols in widths[kernel]:
-            constexprs = dict(IS_3D=is_3d, PAPER=False, PRECISION="ieee" if dtype == "fp32" else "tf32", COLS=cols,
-                              BLOCK_D=head, BLOCK_DV=head)
-            cases += tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)
+        for cols in BWD_COLS if kernel is not _fwd_kernel or dtype == "fp32" or head > 32 else FWD_COLS:
+            constexprs = dict(IS_3D=is_3d, PAPER=paper, PRECISION=precision(dtype), COLS=cols, BLOCK_D=head,
+                              BLOCK_DV=head)
+            keep = offered(kernel.tuning.configs, head)
+            for case, config in zip(tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs),
+                                    kernel.tuning.configs):
+                if config in keep:
+                    bf16 = case.name.replace(" | fp16 ", " | bf16 ", 1) if dtype == "fp16" else None
+                    options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
+                    cases.append(dataclasses.replace(case, same_as=bf16, options=options))
     return cases

@@ -97,9 +97,8 @@ def launches(monkeypatch):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="launches through the CPU interpreter")
 def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
-    """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, 1 and 16
-    states, fp16 and fp64 scans) name rows of the table, with every configuration; the vanilla
-    attention's paper form, which the table leaves out, runs its first configuration."""
+    """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, both forms,
+    1 and 16 states, fp16 and fp64 scans) name rows of the table, with every configuration."""
     for dtype, grid, d in ((torch.float32, (2, 3, 4), 16), (torch.float16, (3, 5), 20)):
         q, k, v = (torch.randn(1, 1, *grid, d).to(dtype) for _ in range(3))
         decays = [-torch.rand(1, 1, *grid) for _ in grid] + [None] * (3 - len(grid))
@@ -121,12 +120,7 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
     assert {t.kernel_id for t, _ in launches} == {k for k in TUNED if k.rsplit(".", 1)[0] in launched_modules}
     for t, variant in launches:
         names = [tuning.row_name(t.kernel_id, variant, config) for config in t.configs]
-        if "paper" in variant:  # not in the table: the first configuration runs (checked below)
-            assert not any(name in table for name in names)
-            assert all(tuning.fitting_configs(t, variant, t.configs, divmod(a, 10)) == [t.configs[0]]
-                       for a in tuning.ARCHS)
-        else:
-            assert all(name in table for name in names), variant
+        assert all(name in table for name in names), variant
 
 
 def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monkeypatch):
@@ -193,32 +187,22 @@ rows, samples = json.loads(sys.argv[1])
 measured = resources.measure(rows, [90], jobs=2)
 # Rows copied from another case (same_as) or architecture (ARCH_SAME_AS), compiled themselves.
 copied = {f"{name} @ sm_{arch}": resources.compile_case(resources.all_cases()[name], arch) for name, arch in samples}
-# Launches without rows run the first configuration alone: the paper form (3-D fp32, head dim 16,
-# an H200 failure) and head dims above the table's 32 (3-D fp32 official at 128, both kernels).
-first = {}
-for kernel, paper, head in ((vanilla._fwd_kernel, True, 16), (vanilla._fwd_kernel, False, 128),
-                            (vanilla._bwd_dkdv_kernel, False, 128)):
-    pointers = {name: "*fp32" for name in vanilla.INPUT_POINTERS + vanilla.FP32_POINTERS}
-    constexprs = dict(IS_3D=True, PAPER=paper, PRECISION="ieee", COLS=16, BLOCK_D=head, BLOCK_DV=head)
-    case = tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs)[0]
-    first[case.name] = {f"sm_{arch}": resources.compile_case(case, arch) for arch in (86, 90)}
 kernel = vanilla._fwd_kernel
 wiring = dict(key=kernel.keys, prunes=kernel.early_config_prune is not None, configs=len(kernel.configs))
-print(json.dumps(dict(measured=measured, copied=copied, first=first, wiring=wiring)))
+print(json.dumps(dict(measured=measured, copied=copied, wiring=wiring)))
 """
 
 
 def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
-    """The vanilla forward at the H200's failing launches (3-D, head dim 16: fp32 and fp16 official
-    with the largest configuration pruning keeps on sm_90; fp32 paper, which has no rows and runs
-    the first one) and the first row of every other kernel: compiled again for sm_90, the same
-    shared memory, registers and spills as the table, within the limit. A row copied from another
-    dtype (``same_as``) compiled for sm_89 (copied from sm_86), and the vanilla fp16 row on sm_89:
-    the table's numbers (the fp16 row: bf16's shared memory, at most its registers and spills). The first configuration at head dim 128 (no rows either) fits sm_86
-    and sm_90."""
+    """The vanilla forward at the H200's failing launches (3-D, head dim 16, official: fp32 and
+    bf16, whose rows fp16 takes, with the largest configuration pruning keeps on sm_90) and the
+    first row of every other kernel: compiled again for sm_90, the same shared memory, registers
+    and spills as the table, within the limit. A row copied from another dtype (``same_as``)
+    compiled for sm_89 (copied from sm_86): bf16's shared memory, at most its registers and
+    spills; the vanilla bf16 row on sm_89: the table's numbers."""
     t = vanilla._fwd_kernel.tuning
     rows = []
-    for dtype in ("fp32", "fp16"):
+    for dtype in ("fp32", "bf16"):
         variant = t.variant({"Q": f"*{dtype}", "IS_3D": True, "PAPER": False, "BLOCK_D": 16, "BLOCK_DV": 16,
                              "COLS": 16})
         kept = tuning.fitting_configs(t, variant, t.configs, (9, 0))
@@ -246,14 +230,6 @@ def test_recompiled_rows_match_the_table_and_the_h200_failures_fit(table):
     got, want = result["copied"][f"{copied_name} @ sm_89"], table[copied_name]["sm_89"]
     assert got["shared"] == want["shared"] and got["registers"] <= want["registers"], (copied_name, got, want)
     assert got["spills"] <= want["spills"], (copied_name, got, want)
-    # What launches without rows run: the first configuration, within the limits.
-    assert len(result["first"]) == 3
-    for name, by_arch in result["first"].items():
-        firsts = (vanilla.FWD_CONFIGS[0], vanilla.BWD_CONFIGS[0])
-        assert any(name.endswith(f"| {tuning.config_label(c)}") for c in firsts), name
-        assert "paper" in name or "d>32" in name, name
-        for arch, got in by_arch.items():
-            assert got["shared"] <= tuning.SHARED_MEMORY_LIMIT[int(arch[3:])], (name, arch, got)
     # Outside the interpreter the autotuner has every configuration, prunes, and keys on the variant.
     wiring = result["wiring"]
     assert wiring["prunes"] and wiring["configs"] == len(t.configs)
