@@ -1,37 +1,41 @@
-"""Fused Triton kernels of the 2-D polyline scan: all the passes of an order in one kernel.
+"""Fused Triton kernels of the polyline scan on 2-D and 3-D grids: all the passes of an order in
+one kernel.
 
 On an ``(H, W)`` grid, ``y = L x`` is ``W(H(x))`` for V2H, ``H(W(x))`` for H2V and their sum for
 ``'both'``, where ``H`` / ``W`` are the bidirectional 1-D decayed scans along the columns (decays
 ``beta``) / rows (``alpha``) of :mod:`.decay_scan` (``y_p = h_p + g_p - u_p``, causal ``h`` and
-anti-causal ``g``).
+anti-causal ``g``). On a ``(T, H, W)`` grid the frame scan ``F`` (decays ``gamma``) joins them:
+``W(H(F(x)))`` for V2H, ``F(H(W(x)))`` for H2V.
 
-One program owns one ``(batch, head)`` plane and ``BLOCK_C`` channels and walks it in tiles of
-``TILE_H`` whole rows, ``(TILE_H, BLOCK_W, BLOCK_C)`` with the channels (the contiguous axis)
-innermost, so loads and stores are coalesced vectors. Inside a tile every 1-D scan is a parallel
+One program owns one ``(batch, head)`` plane (or volume: every frame) and ``BLOCK_C`` channels and
+walks it in tiles of ``TILE_H`` whole rows of every frame, ``(BLOCK_T, TILE_H, BLOCK_W, BLOCK_C)``
+(``BLOCK_T = 1`` on 2-D grids) with the channels (the contiguous axis) innermost, so loads and
+stores are coalesced vectors. Inside a tile every 1-D scan along frames or rows is a parallel
 linear scan in registers (``tl.associative_scan`` of ``u -> a * state + u``; decays ``<= 1``, so
 nothing overflows or cancels); across tiles the scans along ``H`` are joined by carried states:
 
-- sweep 1, top to bottom: the causal ``H``-scan's state entering each tile (of ``x`` for V2H, of
-  ``W x`` for H2V) is stored, ``TILE_H`` times smaller than ``x``;
+- sweep 1, top to bottom: the causal ``H``-scan's state entering each tile (of ``F x`` for V2H,
+  of ``W x`` for H2V) is stored, ``TILE_H`` times smaller than ``x``;
 - sweep 2, bottom to top: each tile's ``H``-scans start from the stored state (causal) and from
-  the state carried in registers from the tile below (anti-causal); the ``W``-scans run on whole
-  rows; ``y`` is written once.
+  the state carried in registers from the tile below (anti-causal); the ``W``- and ``F``-scans run
+  on whole rows and frame lines; ``y`` is written once.
 
 Forward traffic: ``x`` read twice and ``y`` written once, plus ``2 * 4 / TILE_H`` bytes per element
-and carried quantity (the model of ``kernels/bench/polyline_scan.py``).
+and carried quantity (the model of ``kernels/bench/polyline_scan.py``), on 3-D grids as on 2-D.
 
 Backward: ``dx = L^T dy`` is the forward of the swapped order (every 1-D mask is symmetric);
 :func:`decay_grads` gives the decay gradients in the same two sweeps. For a 1-D scan with input
 ``u`` and output gradient ``g``, ``dlog_a_p = sum_c G_p (h_p - u_p) + (H_p - g_p) X_p`` (``h``/``X``
 causal/anti-causal scans of ``u``, ``H``/``G`` of ``g``; ``h_p - u_p = a_p h_{p-1}``, the paths
-crossing the edge ``p-1 -> p``): V2H's ``W`` step has ``u = H x``, ``g = dy`` and its ``H`` step
-``u = x``, ``g = W dy``; H2V's ``H`` step ``u = W x``, ``g = dy`` and its ``W`` step ``u = x``,
-``g = H dy``. Channel sums are written per channel block and summed afterwards (no atomics).
+crossing the edge ``p-1 -> p``). V2H: ``F`` step ``u = x``, ``g = H W dy``; ``H`` step ``u = F x``,
+``g = W dy``; ``W`` step ``u = H F x``, ``g = dy``. H2V: ``W`` step ``u = x``, ``g = H F dy``; ``H``
+step ``u = W x``, ``g = F dy``; ``F`` step ``u = H W x``, ``g = dy`` (2-D: ``F`` is the identity).
+Channel sums are written per channel block and summed afterwards (no atomics).
 
-Rows of more than :data:`MAX_BLOCK_W` tokens do not fit a tile: :mod:`.scan` runs them (and 3-D
-grids) as 1-D passes of :mod:`.decay_scan`. Under Triton's interpreter the scans run by
-doubling steps of ``tl.gather`` (same results; the interpreter runs ``tl.associative_scan`` one
-element at a time), see :func:`_scan`.
+Rows of more than :data:`MAX_BLOCK_W` tokens (3-D: frames times row tokens, each padded to a power
+of two) do not fit a tile: :mod:`.scan` runs them as 1-D passes of :mod:`.decay_scan`. Under
+Triton's interpreter the scans run by doubling steps of ``tl.gather`` (same results; the
+interpreter runs ``tl.associative_scan`` one element at a time), see :func:`_scan`.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ from ..common.runtime import interpreted
 from ..common.strided import accumulation_dtype, pow2, tl_dtype
 from . import decay_scan
 
-# Widest row (padded to a power of two) a tile holds.
+# Most tokens (frames x row tokens, each padded to a power of two) a tile row holds.
 MAX_BLOCK_W = 256
 # Tile elements per thread that the configurations may use (about fifteen tiles are live forward
 # and thirty backward): the most that compile without spills (tests/kernels/test_decay_scan_compiles.py).
