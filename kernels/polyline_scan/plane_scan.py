@@ -52,10 +52,11 @@ from . import decay_scan
 
 # Most tokens (frames x row tokens, each padded to a power of two) a tile row holds.
 MAX_BLOCK_W = 256
-# Tile elements per thread that the configurations may use (about fifteen tiles are live forward
-# and thirty backward): the most that compile without spills (tests/kernels/test_decay_scan_compiles.py).
-FWD_ELEMENTS_PER_THREAD = 16
-BWD_ELEMENTS_PER_THREAD = 8
+# Tile elements per thread that the configurations may use on 2-D and 3-D grids (about fifteen
+# tiles are live forward and thirty backward, more with the frame scans): the most that compile
+# without spills on sm_80 and sm_90 (the resource table, tests/kernels/test_plane_scan_compiles.py).
+FWD_ELEMENTS_PER_THREAD = (16, 8)
+BWD_ELEMENTS_PER_THREAD = (8, 4)
 
 
 def _configs(shapes):
@@ -70,10 +71,11 @@ BWD_CONFIGS = _configs([(4, 16, 4), (4, 8, 4), (4, 8, 8), (2, 8, 4), (2, 8, 8), 
 
 def _register_fit(per_thread, configs, nargs, **launch):
     """``early_config_prune`` of the kernels (:func:`tuning.autotune`'s ``prune``): the
-    configurations whose tile fills half to all of ``per_thread`` elements a thread at the
-    launch's ``BLOCK_T x BLOCK_W`` (smaller tiles move more carried state) with no more channels
-    than needed; else the largest that fits, else the smallest."""
+    configurations whose tile fills half to all of ``per_thread`` (2-D, 3-D) elements a thread at
+    the launch's ``BLOCK_T x BLOCK_W`` (smaller tiles move more carried state) with no more
+    channels than needed; else the largest that fits, else the smallest."""
     args = {**nargs, **launch}
+    per_thread = per_thread[args["BLOCK_T"] > 1]
 
     def per_thread_of(c):
         return c.kwargs["TILE_H"] * args["BLOCK_T"] * args["BLOCK_W"] * c.kwargs["BLOCK_C"] / (32 * c.num_warps)
@@ -83,7 +85,7 @@ def _register_fit(per_thread, configs, nargs, **launch):
     return full or sorted(fit, key=per_thread_of)[-1:] or [min(configs, key=per_thread_of)]
 
 
-def _launchable(kernel, per_thread: int, block_t: int, block_w: int, channels: int):
+def _launchable(kernel, per_thread: tuple[int, int], block_t: int, block_w: int, channels: int):
     """The configurations a launch of ``kernel`` may run (the interpreter's single one, or
     :func:`_register_fit`'s)."""
     if len(kernel.configs) == 1:
@@ -553,8 +555,9 @@ def compile_cases() -> list[tuning.CompileCase]:
                                   (_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, ("x_ptr", "g_ptr"))]:
         for config in tuned.tuning.configs:
             tile_h, block_c = config.kwargs["TILE_H"], config.kwargs["BLOCK_C"]
-            row = min(MAX_BLOCK_W, pow2(per_thread * 32 * config.num_warps // (tile_h * block_c) + 1) // 2)
             for block_t, dtype in [(t, d) for t, dtypes in CASE_DTYPES.items() for d in dtypes]:
+                budget = per_thread[block_t > 1] * 32 * config.num_warps // (tile_h * block_c)
+                row = min(MAX_BLOCK_W, pow2(budget + 1) // 2)
                 pointers = {name: f"*{dtype}" if name in io else "*fp32" for name in tuned.arg_names
                             if name.endswith("_ptr")}
                 signature = tuning.signature(tuned, pointers)
