@@ -33,7 +33,7 @@ step ``u = W x``, ``g = F dy``; ``F`` step ``u = H W x``, ``g = dy`` (2-D: ``F``
 Channel sums are written per channel block and summed afterwards (no atomics).
 
 Rows of more than :data:`MAX_BLOCK_W` tokens (3-D: frames times row tokens, each padded to a power
-of two) do not fit a tile: :mod:`.scan` runs them as 1-D passes of :mod:`.decay_scan`. Under
+of two, more than half as many) do not fit a tile: :mod:`.scan` runs them as 1-D passes of :mod:`.decay_scan`. Under
 Triton's interpreter the scans run by doubling steps of ``tl.gather`` (same results; the
 interpreter runs ``tl.associative_scan`` one element at a time), see :func:`_scan`.
 """
@@ -454,8 +454,9 @@ ORDERS = {"v2h": (True, False), "h2v": (False, True), "both": (True, True)}
 
 def fits(width: int, frames: int = 1) -> bool:
     """Whether rows of ``width`` tokens, across ``frames`` frames (3-D grids), fit a tile (else
-    :mod:`.scan` runs 1-D passes)."""
-    return pow2(frames) * pow2(width) <= MAX_BLOCK_W
+    :mod:`.scan` runs 1-D passes): :data:`MAX_BLOCK_W` tokens, half as many with frames (half the
+    register budget, so that the smallest configuration keeps to it)."""
+    return pow2(frames) * pow2(width) <= MAX_BLOCK_W // (2 if pow2(frames) > 1 else 1)
 
 
 def _volumes(x, decays):
