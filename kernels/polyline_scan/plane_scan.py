@@ -559,7 +559,7 @@ def compile_cases() -> list[tuning.CompileCase]:
             tile_h, block_c = config.kwargs["TILE_H"], config.kwargs["BLOCK_C"]
             for block_t, dtype in [(t, d) for t, dtypes in CASE_DTYPES.items() for d in dtypes]:
                 budget = per_thread[block_t > 1] * 32 * config.num_warps // (tile_h * block_c)
-                row = min(MAX_BLOCK_W, pow2(budget + 1) // 2)
+                row = min(MAX_BLOCK_W // (2 if block_t > 1 else 1), pow2(budget + 1) // 2)  # as fits()
                 pointers = {name: f"*{dtype}" if name in io else "*fp32" for name in tuned.arg_names
                             if name.endswith("_ptr")}
                 signature = tuning.signature(tuned, pointers)
