@@ -10,14 +10,15 @@ bandwidth, peak memory beyond the inputs, and the speed-up over the PyTorch refe
 Bytes that must move: forward reads ``x`` and the decays and writes ``y``; forward+backward adds
 reading ``dy`` and ``x`` (and the decays again), writing ``dx`` and the decay gradients.
 
-Bytes the kernels move (``model`` column, Triton rows of 2-D grids, the fused kernels of
-``ppma.kernels.polyline_scan.plane_scan`` with the tiling the autotuner chose), as a multiple of
+Bytes the kernels move (``model`` column, Triton rows of grids that run the fused kernels of
+``ppma.kernels.polyline_scan.plane_scan``, with the tiling the autotuner chose), as a multiple of
 that minimum: each kernel reads its inputs twice (two sweeps) and writes its outputs once, plus
-the carried states (fp32, one row of ``BLOCK_W x BLOCK_C`` per tile of ``TILE_H`` rows, written
-and read back; two forward, four for the decay gradients) and the decays (seven tile loads a
-tile, once per channel block; L2 may serve the repeats). The decay-gradient kernel also writes
-one fp32 partial sum per channel block, which ``torch.sum`` reads back. The backward is the
-forward kernel on ``dy`` (``dx``) and the decay-gradient kernel.
+the carried states (fp32, one row of ``BLOCK_T x BLOCK_W x BLOCK_C`` per tile of ``TILE_H`` rows,
+written and read back; two forward, four for the decay gradients) and the decays (seven tile
+loads a tile, eleven on 3-D grids, whose frame scans load two more in each sweep; once per
+channel block; L2 may serve the repeats). The decay-gradient kernel also writes one fp32 partial
+sum per channel block and decay, which ``torch.sum`` reads back. The backward is the forward
+kernel on ``dy`` (``dx``) and the decay-gradient kernel.
 
     python kernels/bench/polyline_scan.py                      # CUDA, the shapes PPMA meets
     TRITON_INTERPRET=1 python kernels/bench/polyline_scan.py --quick --device cpu --threads 1
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import math
 import platform
 
 import torch
@@ -39,9 +41,11 @@ from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memo
 from ppma.kernels.polyline_scan import plane_scan
 from ppma.ops import polyline_mask, polyline_scan, polyline_scan_reference
 
-# (B, heads, H, W, C)
-FULL_SHAPES = [(64, 4, 56, 56, 256), (64, 4, 28, 28, 1024), (64, 8, 14, 14, 1024), (2, 4, 256, 256, 64)]
-QUICK_SHAPES = [(2, 4, 14, 14, 32), (2, 4, 28, 28, 64), (1, 2, 64, 64, 16)]
+# (B, heads, H, W, C) and, 3-D, (B, heads, T, H, W, C); the last 3-D one runs 1-D passes (16 frames
+# of 64-token rows do not fit a tile).
+FULL_SHAPES = [(64, 4, 56, 56, 256), (64, 4, 28, 28, 1024), (64, 8, 14, 14, 1024), (2, 4, 256, 256, 64),
+               (8, 4, 8, 14, 14, 256), (16, 8, 4, 14, 14, 256), (2, 4, 16, 56, 56, 64)]
+QUICK_SHAPES = [(2, 4, 14, 14, 32), (2, 4, 28, 28, 64), (1, 2, 64, 64, 16), (1, 2, 4, 7, 7, 16)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -61,10 +65,10 @@ IMPLS = {
 
 
 def make_inputs(shape, dtype, device, requires_grad):
-    b, heads, hh, ww, c = shape
+    """``[x, log_alpha, log_beta(, log_gamma)]`` and an output gradient, seeded."""
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(b, heads, hh, ww, c, generator=gen).to(device, dtype)
-    decays = [(-torch.rand(b, heads, hh, ww, generator=gen) * 2).to(device) for _ in range(2)]
+    x = torch.randn(shape, generator=gen).to(device, dtype)
+    decays = [(-torch.rand(shape[:-1], generator=gen) * 2).to(device) for _ in shape[2:-1]]
     inputs = [x, *decays]
     for t in inputs:
         t.requires_grad_(requires_grad)
@@ -78,13 +82,14 @@ def must_move(x, n_decays, backward):
 
 def _fused_kernel_bytes(shape, itemsize, config, tensors_in, tensors_out, states):
     """Bytes one fused kernel moves (module docstring) for ``x`` of ``shape`` with ``config``."""
-    b, heads, hh, ww, c = shape
+    b, heads, *grid, c = shape
+    frames, hh, ww = ([1] + grid)[-3:]
     tile_h, block_c = config.kwargs["TILE_H"], config.kwargs["BLOCK_C"]
     planes, tiles, blocks = b * heads, -(-hh // tile_h), -(-c // block_c)
-    block_w = plane_scan.pow2(ww)
-    elements = planes * hh * ww * c
-    carried = states * planes * tiles * block_w * blocks * block_c * 4 * 2
-    decays = 7 * 4 * planes * tiles * tile_h * block_w * blocks
+    tile_row = plane_scan.pow2(frames) * plane_scan.pow2(ww)  # BLOCK_T x BLOCK_W
+    elements = planes * frames * hh * ww * c
+    carried = states * planes * tiles * tile_row * blocks * block_c * 4 * 2
+    decays = (7 if frames == 1 else 11) * 4 * planes * tiles * tile_h * tile_row * blocks
     return (2 * tensors_in + tensors_out) * elements * itemsize + carried + decays
 
 
@@ -94,15 +99,15 @@ def kernel_bytes(shape, itemsize, backward):
     if not backward:
         return forward
     grads_config = plane_scan._plane_bwd_kernel.best_config
-    tokens, blocks = shape[0] * shape[1] * shape[2] * shape[3], -(-shape[4] // grads_config.kwargs["BLOCK_C"])
-    partial_sums = 2 * 4 * tokens * (2 * blocks + 3)  # written, read by torch.sum, summed, copied out
+    tokens, blocks = math.prod(shape[:-1]), -(-shape[-1] // grads_config.kwargs["BLOCK_C"])
+    n_decays = len(shape) - 3
+    partial_sums = n_decays * 4 * tokens * (2 * blocks + 3)  # written, read by torch.sum, summed, copied out
     decay_grads = _fused_kernel_bytes(shape, itemsize, grads_config, 2, 0, 4) + partial_sums
     return 2 * forward + decay_grads  # forward, then dx (the forward kernel on dy) and the decay gradients
 
 
 def mask_bytes(shape):
-    b, heads, hh, ww, _ = shape
-    return b * heads * (hh * ww) ** 2 * 4
+    return shape[0] * shape[1] * math.prod(shape[2:-1]) ** 2 * 4
 
 
 def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
@@ -112,22 +117,27 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
     if impl == "triton" and triton_unavailable_reason(device) is not None:
         return {"note": "skipped: Triton unavailable (CPU needs TRITON_INTERPRET=1)"}
     inputs, grad = make_inputs(shape, dtype, device, backward)
-    fn = IMPLS[impl]
+    x, log_alpha, log_beta, *log_gamma = inputs
+
+    def scan():
+        return IMPLS[impl](x, log_alpha, log_beta, "both", *log_gamma)
+
     if backward:
         def step():
-            torch.autograd.grad(fn(*inputs, "both"), inputs, grad)
+            torch.autograd.grad(scan(), inputs, grad)
     else:
         def step():
             with torch.no_grad():
-                fn(*inputs, "both")
+                scan()
     try:
         seconds = median_seconds(step, device, warmup, repeat)
         peak = peak_memory(step, device)
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
-    row = {"time_ms": seconds * 1e3, "gbps": must_move(inputs[0], 2, backward) / seconds / 1e9, "peak": peak}
-    if impl == "triton" and plane_scan.fits(shape[3]):
-        row["model"] = kernel_bytes(shape, inputs[0].element_size(), backward) / must_move(inputs[0], 2, backward)
+    minimum = must_move(x, len(inputs) - 1, backward)
+    row = {"time_ms": seconds * 1e3, "gbps": minimum / seconds / 1e9, "peak": peak}
+    if impl == "triton" and plane_scan.fits(shape[-2], shape[2] if len(shape) == 6 else 1):
+        row["model"] = kernel_bytes(shape, x.element_size(), backward) / minimum
     return row
 
 
@@ -156,7 +166,7 @@ def main(argv=None):
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# polyline_scan benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# order='both'; copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
-    print("| shape (B, heads, H, W, C) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB | vs torch |"
+    print("| shape (B, heads, [T,] H, W, C) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB | vs torch |"
           " model |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:

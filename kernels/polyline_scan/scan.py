@@ -2,10 +2,10 @@
 
 The V2H mask is a product of 1-D scans applied in sequence (3-D: along T with gamma, then H with
 beta, then W with alpha; 2-D: H, then W), the H2V mask is the same product in reverse order and
-``'both'`` is their sum. On 2-D grids whose rows fit a tile, one kernel of :mod:`.plane_scan`
-runs every scan of the order (and one more the decay gradients). Otherwise (3-D grids, longer
-rows) each 1-D scan is one kernel launch of :mod:`.decay_scan`; intermediate results are kept in
-fp32 (fp64 for fp64 ``x``).
+``'both'`` is their sum. On grids whose rows (times the frames of a 3-D grid) fit a tile, one
+kernel of :mod:`.plane_scan` runs every scan of the order (and one more the decay gradients).
+Otherwise (longer rows) each 1-D scan is one kernel launch of :mod:`.decay_scan`; intermediate
+results are kept in fp32 (fp64 for fp64 ``x``).
 
 Backward: every 1-D mask is symmetric, so ``dx`` runs the same scans in reverse order on the
 upstream gradient; each scan's decay gradient needs that scan's input, which is recomputed from
@@ -29,8 +29,9 @@ _TRANSPOSED = {"v2h": "h2v", "h2v": "v2h", "both": "both"}
 
 
 def _fused(x, log_gamma):
-    """Whether :mod:`.plane_scan` runs this grid (2-D, rows that fit a tile)."""
-    return log_gamma is None and plane_scan.fits(x.shape[-2])
+    """Whether :mod:`.plane_scan` runs this grid (rows, across all frames of a 3-D grid, that fit
+    a tile)."""
+    return plane_scan.fits(x.shape[-2], 1 if log_gamma is None else x.shape[_T])
 
 
 def _as_6d(x, log_alpha, log_beta, log_gamma):
@@ -99,7 +100,7 @@ def forward(
     when ``x`` is dense.
     """
     if _fused(x, log_gamma):
-        return plane_scan.forward(x, log_alpha, log_beta, order)
+        return plane_scan.forward(x, log_alpha, log_beta, order, log_gamma)
     x6, chain = _as_6d(x, log_alpha, log_beta, log_gamma)
     y = _forward(x6, chain, order)
     return y.squeeze(_T) if log_gamma is None else y
@@ -116,8 +117,8 @@ def backward(
     """Gradients of :func:`forward` given ``grad`` (shaped like ``x``, any strides):
     ``[dx, dlog_alpha, dlog_beta]`` (+ ``dlog_gamma`` for 3-D grids)."""
     if _fused(x, log_gamma):
-        dx = plane_scan.forward(grad, log_alpha, log_beta, _TRANSPOSED[order]).to(x.dtype)
-        return [dx, *plane_scan.decay_grads(x, grad, log_alpha, log_beta, order)]
+        dx = plane_scan.forward(grad, log_alpha, log_beta, _TRANSPOSED[order], log_gamma).to(x.dtype)
+        return [dx, *plane_scan.decay_grads(x, grad, log_alpha, log_beta, order, log_gamma)]
     x6, chain = _as_6d(x, log_alpha, log_beta, log_gamma)
     grad6 = grad.unsqueeze(_T) if log_gamma is None else grad
     dx, dlogs = _backward(grad6, x6, chain, order)

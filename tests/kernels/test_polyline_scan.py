@@ -31,7 +31,7 @@ polyline_scan_triton = functools.partial(polyline_scan, backend="triton")
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ORDERS = ("v2h", "h2v", "both")
-# 2-D grids run the fused kernels of plane_scan, 3-D ones the 1-D passes of decay_scan.
+# Every grid here runs the fused kernels of plane_scan (2-D and 3-D).
 GRIDS = [(1, 1), (1, 9), (9, 1), (7, 9), (13, 17), (3, 5, 7)]
 
 
@@ -144,10 +144,11 @@ def test_non_dense_and_broadcast_inputs(gen):
     assert_close(got, reference64(x, [alpha, beta, gamma], "both", grad), 1e-5, gen)
 
 
-@pytest.mark.parametrize("grid", [(2, 67), (67, 2), (67, 1, 2)], ids=lambda g: "x".join(map(str, g)))
+@pytest.mark.parametrize("grid", [(2, 67), (67, 2), (67, 1, 5)], ids=lambda g: "x".join(map(str, g)))
 def test_long_lines(grid, gen):
-    """Lines of any length: rows of 67 in one tile, columns of 67 in many tiles, and (3-D) a
-    line that one program of decay_scan walks with its state in registers."""
+    """Lines of any length: rows of 67 in one tile, columns of 67 in many tiles, and (3-D, 128
+    frames x 8 tokens: wider than a tile) a line that one program of decay_scan walks with its
+    state in registers."""
     x, decays, grad = make_inputs(grid, 3, gen, batch=1, heads=1)
     got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
     assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
@@ -173,21 +174,37 @@ def test_fused_tiles_and_channel_blocks(order, gen, monkeypatch):
     assert_close(got, reference64(x, decays, order, grad), 1e-5, gen)
 
 
-def test_associative_scan_path(gen, monkeypatch):
+@pytest.mark.parametrize("grid", [(3, 5), (2, 2, 3)], ids=lambda g: "x".join(map(str, g)))
+def test_associative_scan_path(grid, gen, monkeypatch):
     """The GPU's scans (``tl.associative_scan``, which the interpreter runs one element at a
     time) give what the interpreter's doubling scans give: a tiny grid through both."""
-    x, decays, grad = make_inputs((3, 5), 2, gen, batch=1, heads=1)
+    x, decays, grad = make_inputs(grid, 2, gen, batch=1, heads=1)
     small_tiles(monkeypatch, block_c=2)
     monkeypatch.setattr(plane_scan, "interpreted", lambda: False)
     got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
     assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
 
 
-def test_rows_wider_than_a_tile_run_1d_passes(gen, monkeypatch):
-    """Rows that do not fit a tile fall back to the 1-D passes of decay_scan."""
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("grid", [(2, 3, 5), (3, 2, 4), (1, 4, 6), (5, 1, 1)], ids=lambda g: "x".join(map(str, g)))
+def test_3d_grids_run_fused(grid, order, gen, monkeypatch):
+    """3-D grids run plane_scan's kernels (never a 1-D pass), here in tiles of 2 rows and blocks
+    of 4 channels (several of each), batch 1: values and every gradient, one frame and one
+    token a frame included."""
+    monkeypatch.setattr(scan_kernels.scan, "decay_scan_fwd", None)  # would fail if called
+    monkeypatch.setattr(scan_kernels.scan, "decay_scan_bwd", None)
+    small_tiles(monkeypatch)
+    x, decays, grad = make_inputs(grid, 5, gen, batch=1, heads=2)
+    got = scan_and_grads(polyline_scan_triton, x, decays, order, grad)
+    assert_close(got, reference64(x, decays, order, grad), 1e-5, gen)
+
+
+@pytest.mark.parametrize("grid", [(3, 6), (2, 3, 3)], ids=lambda g: "x".join(map(str, g)))
+def test_rows_wider_than_a_tile_run_1d_passes(grid, gen, monkeypatch):
+    """Rows (times frames) that do not fit a tile fall back to the 1-D passes of decay_scan."""
     monkeypatch.setattr(plane_scan, "MAX_BLOCK_W", 4)
     monkeypatch.setattr(plane_scan, "forward", None)  # would fail if called
-    x, decays, grad = make_inputs((3, 6), 2, gen, batch=1)
+    x, decays, grad = make_inputs(grid, 2, gen, batch=1)
     got = scan_and_grads(polyline_scan_triton, x, decays, "both", grad)
     assert_close(got, reference64(x, decays, "both", grad), 1e-5, gen)
 
