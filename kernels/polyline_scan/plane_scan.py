@@ -52,6 +52,11 @@ from . import decay_scan
 
 # Most tokens (frames x row tokens, each padded to a power of two) a tile row holds.
 MAX_BLOCK_W = 256
+# The oldest Triton whose GPU compiler lowers every configuration's scans. Triton 3.6 (the
+# torch 2.11 images') fails on narrow tiles, 2-D rows of 4 to 16 tokens and most 3-D tiles, in
+# ScanOpToLLVM (a layout assertion; checked compile-only for sm_80/sm_90, channels-last launches).
+# With an older Triton every grid runs the 1-D passes of :mod:`.decay_scan`, which compile there.
+FUSED_SINCE = (3, 8)
 # Tile elements per thread that the configurations may use on 2-D and 3-D grids (about fifteen
 # tiles are live forward and thirty backward, more with the frame scans): the most that compile
 # without spills on sm_80 and sm_90 (the resource table, tests/kernels/test_plane_scan_compiles.py).
@@ -452,11 +457,18 @@ def _plane_bwd_kernel(
 ORDERS = {"v2h": (True, False), "h2v": (False, True), "both": (True, True)}
 
 
+def compiler_fuses(version: str = triton.__version__) -> bool:
+    """Whether this Triton compiles the fused kernels (:data:`FUSED_SINCE`; its interpreter runs
+    them whatever the version)."""
+    return interpreted() or tuple(int(p) for p in version.split(".")[:2]) >= FUSED_SINCE
+
+
 def fits(width: int, frames: int = 1) -> bool:
     """Whether rows of ``width`` tokens, across ``frames`` frames (3-D grids), fit a tile (else
     :mod:`.scan` runs 1-D passes): :data:`MAX_BLOCK_W` tokens, half as many with frames (half the
-    register budget, so that the smallest configuration keeps to it)."""
-    return pow2(frames) * pow2(width) <= MAX_BLOCK_W // (2 if pow2(frames) > 1 else 1)
+    register budget, so that the smallest configuration keeps to it), on a Triton that compiles
+    the fused kernels (:func:`compiler_fuses`)."""
+    return compiler_fuses() and pow2(frames) * pow2(width) <= MAX_BLOCK_W // (2 if pow2(frames) > 1 else 1)
 
 
 def _volumes(x, decays):
