@@ -458,17 +458,16 @@ ORDERS = {"v2h": (True, False), "h2v": (False, True), "both": (True, True)}
 
 
 def compiler_fuses(version: str = triton.__version__) -> bool:
-    """Whether this Triton compiles the fused kernels (:data:`FUSED_SINCE`; its interpreter runs
-    them whatever the version)."""
-    return interpreted() or tuple(int(p) for p in version.split(".")[:2]) >= FUSED_SINCE
+    """Whether this Triton's GPU compiler compiles the fused kernels (:data:`FUSED_SINCE`)."""
+    return tuple(int(p) for p in version.split(".")[:2]) >= FUSED_SINCE
 
 
 def fits(width: int, frames: int = 1) -> bool:
     """Whether rows of ``width`` tokens, across ``frames`` frames (3-D grids), fit a tile (else
     :mod:`.scan` runs 1-D passes): :data:`MAX_BLOCK_W` tokens, half as many with frames (half the
-    register budget, so that the smallest configuration keeps to it), on a Triton that compiles
-    the fused kernels (:func:`compiler_fuses`)."""
-    return compiler_fuses() and pow2(frames) * pow2(width) <= MAX_BLOCK_W // (2 if pow2(frames) > 1 else 1)
+    register budget, so that the smallest configuration keeps to it), where they run: Triton's
+    interpreter, or a GPU compiler that compiles them (:func:`compiler_fuses`)."""
+    return (interpreted() or compiler_fuses()) and pow2(frames) * pow2(width) <= MAX_BLOCK_W // (2 if pow2(frames) > 1 else 1)
 
 
 def _volumes(x, decays):

@@ -212,9 +212,9 @@ def test_rows_wider_than_a_tile_run_1d_passes(grid, gen, monkeypatch):
 @pytest.mark.parametrize("grid", [(7, 9), (2, 3, 5)], ids=lambda g: "x".join(map(str, g)))
 def test_triton_older_than_the_fused_kernels_runs_1d_passes(grid, gen, monkeypatch):
     """Before Triton 3.8 the GPU compiler fails on the fused kernels' narrow tiles: 1-D passes."""
-    monkeypatch.setattr(plane_scan, "interpreted", lambda: False)
     assert not plane_scan.compiler_fuses("3.6.0") and plane_scan.compiler_fuses("3.8.0")
     assert plane_scan.compiler_fuses("3.10.1")
+    monkeypatch.setattr(plane_scan, "interpreted", lambda: False)
     monkeypatch.setattr(plane_scan, "compiler_fuses", lambda: False)
     monkeypatch.setattr(plane_scan, "forward", None)  # would fail if called
     x, decays, grad = make_inputs(grid, 3, gen, batch=1)
