@@ -1,9 +1,9 @@
 """Tensor math as ops: plain PyTorch references, Triton kernels where they pay off.
 
-One folder per op, ``ppma/ops/<op>/`` (``reference.py``: the plain reference; ``op.py``: its
-registration in :mod:`.registry` and the public function). The public function has the op's
-name, so ``ppma.ops.polyline_scan`` is the function; import a folder's members by module path
-(``from ppma.ops.polyline_scan_impl.reference import ...``). See docs/ops.md.
+One folder per op, ``ppma/ops/<op>_impl/`` (``reference.py``: the plain reference; ``op.py``: its
+registration in :mod:`.registry` and the public function, exported here under the op's name:
+``ppma.ops.polyline_scan`` is the function, ``ppma.ops.polyline_scan_impl`` its folder). See
+docs/ops.md.
 """
 from .._deprecation import moved_packages
 from ._checks import ORDERS
