@@ -1,7 +1,7 @@
 """The one place that knows every op: its reference, its backends, where they run, its FLOPs and
 its export form.
 
-An op registers itself once, in its own folder (``ppma/ops/<op>/op.py``)::
+An op registers itself once, in its own folder (``ppma/ops/<op>_impl/op.py``)::
 
     OP = register(
         "polyline_scan",
