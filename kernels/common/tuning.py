@@ -130,11 +130,18 @@ def launch_types(args: dict[str, Any]) -> dict[str, Any]:
     return {name: f"*{TRITON_TYPES[a.dtype]}" if isinstance(a, torch.Tensor) else a for name, a in args.items()}
 
 
-def _prune_for_device(tuning: Tuning, configs, nargs, **kwargs):
-    """``early_config_prune`` of :func:`autotune`: the configurations that fit the launch's GPU."""
+def launch_context(nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[int, int]]:
+    """What an ``early_config_prune`` needs of a launch: its arguments as a variant function sees
+    them (:func:`launch_types`) and the compute capability of its tensors' GPU."""
     args = {**nargs, **kwargs}
     device = next(a.device for a in args.values() if isinstance(a, torch.Tensor))
-    return fitting_configs(tuning, tuning.variant(launch_types(args)), configs, torch.cuda.get_device_capability(device))
+    return launch_types(args), torch.cuda.get_device_capability(device)
+
+
+def _prune_for_device(tuning: Tuning, configs, nargs, **kwargs):
+    """``early_config_prune`` of :func:`autotune`: the configurations that fit the launch's GPU."""
+    types, capability = launch_context(nargs, kwargs)
+    return fitting_configs(tuning, tuning.variant(types), configs, capability)
 
 
 @functools.cache
@@ -144,6 +151,12 @@ def resource_table() -> dict[str, dict[str, dict]]:
     if not RESOURCES_PATH.exists():
         return {}
     return json.loads(RESOURCES_PATH.read_text())["rows"]
+
+
+def table_rows(kernel_id: str, variant: str, configs) -> list[dict | None]:
+    """The resource table's row of each of ``configs`` for ``variant`` (None where it has none)."""
+    table = resource_table()
+    return [table.get(row_name(kernel_id, variant, c)) for c in configs]
 
 
 def arch_of(capability: tuple[int, int]) -> int:
@@ -159,8 +172,7 @@ def fitting_configs(tuning: Tuning, variant: str, configs, capability: tuple[int
     by the resource table. On an architecture the table lacks, or for a variant it lacks, the
     first configuration alone (the smallest: every kernel lists it first). Raises when none fits
     (the table's test rules that out on every architecture it covers)."""
-    arch, table = arch_of(capability), resource_table()
-    rows = [table.get(row_name(tuning.kernel_id, variant, c)) for c in configs]
+    arch, rows = arch_of(capability), table_rows(tuning.kernel_id, variant, configs)
     if arch not in ARCHS or any(row is None for row in rows):
         return list(configs[:1])
     kept = [c for c, row in zip(configs, rows) if fits(row, arch)]

@@ -98,8 +98,8 @@ def least_spilling(tuned, variant: str, configs, capability: tuple[int, int]) ->
     (``'bf16 3d official d<=32 cols16'``): the ones that compile without spills wherever one does.
     The configurations without a row are dropped; with none left (an architecture or a variant
     the table lacks), the first configuration."""
-    arch, table = f"sm_{tuning.arch_of(capability)}", tuning.resource_table()
-    rows = [(c, table.get(tuning.row_name(tuned.tuning.kernel_id, variant, c))) for c in configs]
+    arch = f"sm_{tuning.arch_of(capability)}"
+    rows = zip(configs, tuning.table_rows(tuned.tuning.kernel_id, variant, configs))
     spills = [(c, row[arch]["spills"]) for c, row in rows if row is not None and arch in row]
     if not spills:
         return list(configs[:1])
@@ -111,11 +111,8 @@ def spill_prune(kernel: str):
     """The ``early_config_prune`` of the kernel named ``kernel`` (:func:`tuning.autotune`'s
     ``prune``): :func:`least_spilling` on the launch's GPU."""
     def prune(configs, nargs, **launch):
-        args = {**nargs, **launch}
-        tuned = globals()[kernel]
-        device = next(a.device for a in args.values() if isinstance(a, torch.Tensor))
-        return least_spilling(tuned, _variant(tuning.launch_types(args)), configs,
-                              torch.cuda.get_device_capability(device))
+        types, capability = tuning.launch_context(nargs, launch)
+        return least_spilling(globals()[kernel], _variant(types), configs, capability)
     return prune
 
 
