@@ -61,11 +61,13 @@ class CompileCase:
 @dataclass(frozen=True)
 class Tuning:
     """What :func:`autotune` attaches to a kernel (as ``.tuning``): its table name, every
-    configuration (also under the interpreter, which runs the first) and its variant function."""
+    configuration (also under the interpreter, which runs the first), its variant function and
+    whether launches keep the configurations that spill least (:func:`least_spilling`)."""
 
     kernel_id: str
     configs: tuple[triton.Config, ...]
     variant: Callable[[dict[str, Any]], str]
+    spill_free: bool = False
 
 
 def kernel_id(fn) -> str:
@@ -97,26 +99,24 @@ def _default_variant(constexprs: tuple[str, ...], args: dict[str, Any]) -> str:
 
 
 def autotune(configs: list[triton.Config], key: list[str], variant: Callable[[dict[str, Any]], str] | None = None,
-             prune: Callable | None = None, **kwargs):
+             prune: Callable | None = None, spill_free: bool = False, **kwargs):
     """``triton.autotune(configs, key, **kwargs)`` that prunes, before timing, the configurations
     whose shared memory does not fit the GPU (:func:`fitting_configs`); under the interpreter,
     ``configs[0]`` alone. ``variant``: names the launch's variant from its arguments (module doc;
     by default every pointer's type and every launch constexpr). ``prune``: the kernel's own
     ``early_config_prune`` (e.g. by registers at the launch's tile), applied first (so a table
-    without the launch's rows keeps the first configuration it leaves)."""
+    without the launch's rows keeps the first configuration it leaves). ``spill_free``: then keep
+    the configurations that spill the fewest register bytes on the GPU (:func:`least_spilling`)."""
 
     def decorate(fn):
         tuned_names = {name for config in configs for name in config.kwargs}
         launch_constexprs = tuple(n for n in _parameters(fn, constexpr=True) if n not in tuned_names)
-        tuning = Tuning(kernel_id(fn), tuple(configs), variant or functools.partial(_default_variant, launch_constexprs))
+        tuning = Tuning(kernel_id(fn), tuple(configs), variant or functools.partial(_default_variant, launch_constexprs),
+                        spill_free)
         if not isinstance(fn, JITFunction):  # Triton interprets it (decided by @triton.jit)
             tuned = triton.autotune(configs=list(configs[:1]), key=key, **kwargs)(fn)
         else:
-            fit = functools.partial(_prune_for_device, tuning)
-
-            def early_prune(configs, nargs, **launch):
-                return fit(prune(configs, nargs, **launch) if prune is not None else configs, nargs, **launch)
-
+            early_prune = functools.partial(launch_prune, tuning, prune)
             tuned = triton.autotune(configs=list(configs), key=[*key, *launch_constexprs],
                                     prune_configs_by={"early_config_prune": early_prune}, **kwargs)(fn)
         tuned.tuning = tuning
@@ -138,10 +138,16 @@ def launch_context(nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple[dict[
     return launch_types(args), torch.cuda.get_device_capability(device)
 
 
-def _prune_for_device(tuning: Tuning, configs, nargs, **kwargs):
-    """``early_config_prune`` of :func:`autotune`: the configurations that fit the launch's GPU."""
-    types, capability = launch_context(nargs, kwargs)
-    return fitting_configs(tuning, tuning.variant(types), configs, capability)
+def launch_prune(tuning: Tuning, prune: Callable | None, configs, nargs, **launch):
+    """The ``early_config_prune`` of :func:`autotune`: the kernel's own ``prune``, then (for a
+    ``spill_free`` kernel) :func:`least_spilling`, then the configurations that fit the launch's GPU."""
+    types, capability = launch_context(nargs, launch)
+    variant = tuning.variant(types)
+    if prune is not None:
+        configs = prune(configs, nargs, **launch)
+    if tuning.spill_free:
+        configs = least_spilling(tuning, variant, configs, capability)
+    return fitting_configs(tuning, variant, configs, capability)
 
 
 @functools.cache
@@ -180,6 +186,20 @@ def fitting_configs(tuning: Tuning, variant: str, configs, capability: tuple[int
         raise RuntimeError(f"no launch configuration of {tuning.kernel_id} ({variant}) fits sm_{arch}'s "
                            f"{SHARED_MEMORY_LIMIT[arch]:,} bytes of shared memory; use PPMA_BACKEND=torch")
     return kept
+
+
+def least_spilling(tuning: Tuning, variant: str, configs, capability: tuple[int, int]) -> list[triton.Config]:
+    """Of ``configs`` of ``variant``, those whose rows in the resource table spill the fewest
+    register bytes on a GPU of compute ``capability``: the ones that compile without spills
+    wherever one does. The configurations without a row are dropped; with none left (an
+    architecture or a variant the table lacks), the first configuration."""
+    arch = f"sm_{arch_of(capability)}"
+    rows = zip(configs, table_rows(tuning.kernel_id, variant, configs))
+    spills = [(c, row[arch]["spills"]) for c, row in rows if row is not None and arch in row]
+    if not spills:
+        return list(configs[:1])
+    least = min(n for _, n in spills)
+    return [c for c, n in spills if n == least]
 
 
 def bucket(value: int, bounds: tuple[int, ...]) -> str:

@@ -54,24 +54,28 @@ from .launch import channel_blocks, head_bucket, precision
 # Fixed tiles of BLOCK tokens (the autotuner's choice; the interpreter runs the first) on rows of
 # COLS columns (the launcher's: :func:`columns`). Registers bound the tiles: the BLOCK x COLS fp32
 # tiles (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
-# accumulators live in registers, 16 rows per warp (mma layouts put every warp along the rows, so
-# 64-token tiles on 8 warps hold as many registers per thread as on 4), and the backward takes
-# one pipeline stage (the loop tiles' prefetch costs it 20-40 registers). The dk/dv pass may take
-# every register (with Triton's ptxas options, --regAllocOptLevel=2, its fp32 configurations on 8
-# warps stopped at 128 registers and spilled; the forward and the dq pass spilled more with the
-# bound than without). Which configuration a launch may run is the resource table's (:func:`spill_prune`):
-# those that compile without register spills on the launch's GPU.
-FWD_CONFIGS = [
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK": 128}, num_warps=8, num_stages=2),
-]
-BWD_CONFIGS = [  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes): not offered
-    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=1),
-    triton.Config({"BLOCK": 64}, num_warps=8, num_stages=1),
-]
-DKDV_CONFIGS = [triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages, maxnreg=255)
-                for c in BWD_CONFIGS]
+# accumulators live in registers. mma layouts give every warp 16 of the tile's rows first, so
+# warps beyond BLOCK / 16 go along the channels: a 64-token tile on 8 warps holds as many
+# registers per thread as on 4, a 16-token tile on 8 or 16 warps an eighth or a sixteenth of its
+# accumulators (how head dims 64 and 128 fit). The backward takes one pipeline stage (the loop
+# tiles' prefetch costs it 20-40 registers). ``maxnreg=255``: with Triton's ptxas options
+# (--regAllocOptLevel=2) configurations of 8 or more warps otherwise stop at 128 registers and spill
+# (the dk/dv pass everywhere, the small tiles elsewhere; the first three forward and first two dq
+# configurations spilled more with it). Which configurations a launch may run is the resource
+# table's (``spill_free``): those that spill the fewest register bytes on the launch's GPU, none on
+# sm_80 and sm_90 for every variant of the table (tests/kernels/test_kernel_resources.py).
+
+
+def _configs(shapes, stages: int, maxnreg=None):
+    """``triton.Config`` of ``(BLOCK, num_warps)`` pairs."""
+    return [triton.Config({"BLOCK": block}, num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+            for block, warps in shapes]
+
+
+FWD_CONFIGS = _configs([(64, 4), (64, 8), (128, 8)], 2) + _configs([(32, 8), (16, 4), (16, 8)], 2, 255)
+BWD_CONFIGS = (_configs([(64, 4), (64, 8)], 1)  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes)
+               + _configs([(32, 8), (16, 4), (16, 8), (16, 16)], 1, 255))
+DKDV_CONFIGS = _configs([(64, 4), (64, 8), (32, 8), (16, 4), (16, 8), (16, 16)], 1, 255)
 FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
 # The resource table's channel blocks: head dims up to 32 count as 32, up to 64 as 64, up to 128 as
 # 128 (larger ones have no rows: their launches run the first configuration, untuned).
@@ -90,30 +94,6 @@ def _variant(args) -> str:
     """``'fp16 3d official d<=32 cols16'``: the resource table's name of a launch (:mod:`..common.tuning`)."""
     form = "paper" if args["PAPER"] else "official"
     return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} {head_bucket(args, HEAD_BLOCKS)} cols{args['COLS']}"
-
-
-def least_spilling(tuned, variant: str, configs, capability: tuple[int, int]) -> list[triton.Config]:
-    """Of ``configs`` of the autotuned kernel ``tuned``, those whose rows in the resource table
-    spill the fewest register bytes on a GPU of compute ``capability`` for the launch ``variant``
-    (``'bf16 3d official d<=32 cols16'``): the ones that compile without spills wherever one does.
-    The configurations without a row are dropped; with none left (an architecture or a variant
-    the table lacks), the first configuration."""
-    arch = f"sm_{tuning.arch_of(capability)}"
-    rows = zip(configs, tuning.table_rows(tuned.tuning.kernel_id, variant, configs))
-    spills = [(c, row[arch]["spills"]) for c, row in rows if row is not None and arch in row]
-    if not spills:
-        return list(configs[:1])
-    least = min(n for _, n in spills)
-    return [c for c, n in spills if n == least]
-
-
-def spill_prune(kernel: str):
-    """The ``early_config_prune`` of the kernel named ``kernel`` (:func:`tuning.autotune`'s
-    ``prune``): :func:`least_spilling` on the launch's GPU."""
-    def prune(configs, nargs, **launch):
-        types, capability = tuning.launch_context(nargs, launch)
-        return least_spilling(globals()[kernel], _variant(types), configs, capability)
-    return prune
 
 
 def _tiles(meta, frames, height, width, cols):
@@ -184,7 +164,7 @@ def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_
     return m_fl, m_lf
 
 
-@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_fwd_kernel"))
+@tuning.autotune(FWD_CONFIGS, key=["T", "H", "W"], variant=_variant, spill_free=True)
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
@@ -430,8 +410,7 @@ def _bwd_pass(
     return acc_d, acc_dv, f_n, f_ok
 
 
-@tuning.autotune(DKDV_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_bwd_dkdv_kernel"),
-                 reset_to_zero=["DG"])
+@tuning.autotune(DKDV_CONFIGS, key=["T", "H", "W"], variant=_variant, spill_free=True, reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dkdv_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DK, DV_PTR,
@@ -454,8 +433,7 @@ def _bwd_dkdv_kernel(
              mask=f_ok[:, None] & (cv[None, :] < DV))
 
 
-@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, prune=spill_prune("_bwd_dq_kernel"),
-                 reset_to_zero=["DG"])
+@tuning.autotune(BWD_CONFIGS, key=["T", "H", "W"], variant=_variant, spill_free=True, reset_to_zero=["DG"])
 @triton.jit(do_not_specialize=["T", "H", "W"])
 def _bwd_dq_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DQ,
@@ -597,9 +575,10 @@ FP32_POINTERS = ("Ga", "Gb", "Gc", "O1", "LSE", "DG", "STATS")
 
 
 def offered(configs, head: int) -> list[triton.Config]:
-    """The configurations the resource table has rows for at the head-dim block ``head``: every
-    one up to 32; above, the 64-token tile on 8 warps alone (compiled, the others spilled more)."""
-    return [c for c in configs if head <= 32 or (c.kwargs["BLOCK"], c.num_warps) == (64, 8)]
+    """The configurations the resource table has rows for at the head-dim block ``head``: fixed
+    tiles of 1,024 to 4,096 ``BLOCK x head`` elements (32 to 128 tokens up to head dim 32, 16 to 64
+    at 64, 16 and 32 at 128: the larger spilled, the smaller only move more loop tiles)."""
+    return [c for c in configs if 1024 <= c.kwargs["BLOCK"] * head <= 4096]
 
 
 def compile_cases() -> list[tuning.CompileCase]:

@@ -1,7 +1,8 @@
 """The resource table (``kernels/common/resources.json``, written by ``tools/kernel_resources.py``
 through :mod:`ppma.kernels.common.resources`) and the pruning it drives: every kernel module's
 compile cases are in it, every launch's configurations too, each kernel variant has a
-configuration that fits every architecture, pruning drops exactly the ones that do not fit, and a
+configuration that fits every architecture, launches on sm_80 and sm_90 keep only configurations
+without register spills, pruning drops exactly the ones that do not fit, and a
 few rows compiled again (those of the vanilla launches that ran out of shared memory on an H200,
 one of every other kernel, and samples of the rows copied from another dtype or architecture)
 give the table's numbers.
@@ -70,6 +71,43 @@ def test_the_table_has_every_compile_case_on_every_architecture(table):
             assert case.name.split(" | ")[::2] == case.same_as.split(" | ")[::2], case.name
 
 
+def test_launches_compile_without_spills_on_sm80_and_sm90(table):
+    """Issue 33's compile-only report, clean: on sm_80 and sm_90 every configuration a launch may
+    run compiles without register spills. A ``spill_free`` kernel keeps, per launch, the
+    configurations that spill least (:func:`tuning.least_spilling`): each of its variants needs one
+    without spills there; every configuration of the other kernels must have none."""
+    for (kernel, variant), names in variants(table).items():
+        for arch in ("sm_80", "sm_90"):
+            spills = {name.split(" | ")[2]: table[name][arch]["spills"] for name in names}
+            if TUNED[kernel].tuning.spill_free:
+                assert min(spills.values()) == 0, f"{kernel} | {variant}: every configuration spills on {arch}: {spills}"
+            else:
+                assert not any(spills.values()), f"{kernel} | {variant} spills on {arch}: {spills}"
+
+
+def test_launches_run_the_configurations_that_spill_least(resource_table):
+    """On a GPU the autotuner first keeps the configurations whose resource-table rows spill the
+    fewest bytes on that architecture (none, where one compiles without spills); configurations
+    without rows are dropped, and with no row at all (an architecture or a head dim the table
+    lacks) the first configuration runs."""
+    kernel = vanilla._bwd_dkdv_kernel
+    configs = list(kernel.tuning.configs[:2])
+    variant = "bf16 3d official d<=32 cols16"
+    names = [tuning.row_name(kernel.tuning.kernel_id, variant, c) for c in configs]
+
+    def row(sm80, sm90):
+        return {"sm_80": {"shared": 0, "registers": 255, "spills": sm80},
+                "sm_90": {"shared": 0, "registers": 255, "spills": sm90}}
+
+    resource_table({names[0]: row(72, 0), names[1]: row(32, 0)})
+    assert tuning.least_spilling(kernel.tuning, variant, configs, (9, 0)) == configs  # both clean
+    assert tuning.least_spilling(kernel.tuning, variant, configs, (8, 0)) == [configs[1]]  # the least
+    resource_table({names[1]: row(0, 8)})
+    assert tuning.least_spilling(kernel.tuning, variant, configs, (8, 0)) == [configs[1]]  # no row: dropped
+    assert tuning.least_spilling(kernel.tuning, "bf16 3d official d>128 cols16", configs, (9, 0)) == [configs[0]]
+    assert tuning.least_spilling(kernel.tuning, variant, configs, (12, 0)) == [configs[0]]
+
+
 def test_the_first_configuration_of_every_variant_fits_every_architecture(table):
     """So something always fits, and a configuration left alone after pruning (launched untimed)
     is the first one."""
@@ -118,8 +156,11 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
                         "polyline_scan.decay_scan")
     assert {t.kernel_id for t, _ in launches} == {k for k in TUNED if k.rsplit(".", 1)[0] in launched_modules}
     for t, variant in launches:
-        names = [tuning.row_name(t.kernel_id, variant, config) for config in t.configs]
-        assert all(name in table for name in names), variant
+        configs = t.configs
+        if t.kernel_id.rsplit(".", 1)[0] == "polyline_attention.vanilla":  # rows at the head-dim block's tiles
+            configs = vanilla.offered(configs, int(variant.split("d<=")[1].split()[0]))
+        names = [tuning.row_name(t.kernel_id, variant, config) for config in configs]
+        assert names and all(name in table for name in names), variant
 
 
 def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monkeypatch):
@@ -138,10 +179,13 @@ def test_pruning_on_a_mocked_device_drops_exactly_what_does_not_fit(table, monke
     variant = t.variant(tuning.launch_types(args))
     for capability in ((8, 0), (8, 6), (8, 9), (9, 0)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=capability: cc)
-        kept = tuning._prune_for_device(t, t.configs, {"Q": args["Q"]}, **{k: v for k, v in args.items() if k != "Q"})
+        kept = tuning.launch_prune(t, None, t.configs, {"Q": args["Q"]},
+                                   **{k: v for k, v in args.items() if k != "Q"})
         arch = tuning.arch_of(capability)
-        assert kept and all(table[tuning.row_name(t.kernel_id, variant, c)][f"sm_{arch}"]["shared"]
-                            <= tuning.SHARED_MEMORY_LIMIT[arch] for c in kept)
+        rows = [table[tuning.row_name(t.kernel_id, variant, c)][f"sm_{arch}"] for c in kept]
+        assert kept and all(row["shared"] <= tuning.SHARED_MEMORY_LIMIT[arch] for row in rows)
+        least = min(r[f"sm_{arch}"]["spills"] for r in tuning.table_rows(t.kernel_id, variant, t.configs) if r)
+        assert all(row["spills"] == least for row in rows)
     # No table row (a head dim above 128) or an architecture the table lacks: the first configuration.
     assert tuning.fitting_configs(t, t.variant(tuning.launch_types({**args, "BLOCK_D": 256})), t.configs,
                                   (9, 0)) == [t.configs[0]]

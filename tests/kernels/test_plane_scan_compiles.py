@@ -81,10 +81,10 @@ def compiled():
     return run_compile_script(SCRIPT)
 
 
-# Known, open: the 3-D fp32 forward's 1-row tiles (the only forward tile of 128-token 3-D rows)
-# spill 4 bytes on sm_90 at 80 registers as the JIT specializes a channels-last tensor (the
-# table's generic-stride compile of the same tile in bf16: none). Not register pressure; any more
-# fails here.
+# Known: the 3-D fp32 forward's 1-row tiles (the only forward tile of 128-token 3-D rows) spill 4
+# bytes on sm_90 at 80 registers as the JIT specializes a channels-last tensor (the table's
+# generic-stride compile: none). ptxas keeps three 8-warp programs an SM there (maxnreg=88 compiles
+# it without spills, two programs an SM); any more spills fail here.
 KNOWN_SPILLS = {"sm_90 polyline_scan.plane_scan._plane_fwd_kernel | fp32 acc fp32 V2H=True H2V=True BLOCK_T=4 "
                 "BLOCK_W=32 | BLOCK_C=8 TILE_H=1 w8 s3": 4}
 
