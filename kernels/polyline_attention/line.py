@@ -26,13 +26,17 @@ from .vanilla import _sign
 
 # Tile sizes the autotuner chooses among (the first one alone under the interpreter), of those that
 # spill the fewest register bytes on the launch's GPU by the resource table (``spill_free``: the
-# 64 x 64 tiles spill in the backward and in fp32 on sm_80/sm_90, the 16 x 16 ones nowhere there).
+# 64 x 64 tiles on 4 warps spill in the backward and in fp32 on sm_80/sm_90; the 32 x 32 ones and
+# the 16 x 16 ones nowhere there; on 8 warps with every register, the 64 x 64 backward in bf16 on
+# sm_90 neither).
 # The resource table's head-dim blocks: head dims up to 32 count as 32; larger ones have no rows
 # (their launches run the first configuration, untuned).
 HEAD_BLOCKS = (32,)
 CONFIGS = [
     triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=2, num_stages=1),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=8, num_stages=1, maxnreg=255),
 ]
 
 
