@@ -33,6 +33,11 @@ channel and token, before the scan's carried states and decays.
     python kernels/bench/polyline_linear_attention.py                 # CUDA if present
     python kernels/bench/polyline_linear_attention.py --op --sizes    # the models and the op per stage (CUDA)
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
+    python kernels/bench/polyline_linear_attention.py --backward --sizes   # the backward, as it was and is
+
+``--backward``: per stage, the ``'triton'`` backend's backward as it was (autograd through the
+chunked path, whose forward runs again first) and as it is (the chunked backward from the
+numerator its forward kept), side by side with their gradients compared.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ from ppma.ops.polyline_linear_attention_impl import (
     polyline_linear_attention_chunked,
     polyline_linear_attention_reference,
 )
+from ppma.ops.polyline_linear_attention_impl.chunked import chunked_backward, chunked_forward
 from ppma.ops.polyline_linear_attention_impl.tiled import polyline_linear_attention_tiled
 
 SIZES = (224, 512, 768, 1024, 1280)
@@ -173,6 +179,36 @@ def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -
     return rows
 
 
+def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
+    """Markdown rows: per stage (fp32, batch ``batch``), the ``'triton'`` backend's backward as it
+    was (``torch.func.vjp`` through the chunked path: its forward runs again, then its backward)
+    and as it is (:func:`chunked_backward` from the forward's numerator), side by side, the
+    gradients compared. Scans: the Triton kernel on CUDA, the blocked PyTorch scan on the CPU."""
+    scan = "triton" if device.type == "cuda" else "blocked"
+    rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | from the numerator (ms) | ratio "
+            "| max gradient difference |", "|---|---:|---:|---:|---:|"]
+    for heads, hh, ww, d in STAGES:
+        q, k = (torch.rand(batch, heads, hh, ww, d, device=device) for _ in range(2))
+        v = torch.randn(batch, heads, hh, ww, d, device=device)
+        decays = [-torch.rand(batch, heads, hh, ww, device=device) for _ in range(2)]
+        inputs = (q, k, v, *decays)
+        out, num = chunked_forward(*inputs, scan=scan)
+        grad = torch.randn_like(out)
+
+        def recompute(inputs=inputs, grad=grad):
+            _, vjp = torch.func.vjp(functools.partial(polyline_linear_attention_chunked, scan=scan), *inputs)
+            return vjp(grad)
+
+        def direct(inputs=inputs, grad=grad, num=num):
+            return chunked_backward(grad, num, *inputs, scan=scan)
+
+        gaps = [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(direct(), recompute())]
+        times = [median_seconds(fn, device, 1, repeat) * 1e3 for fn in (recompute, direct)]
+        rows.append(f"| {(batch, heads, hh, ww, d)} | {times[0]:.1f} | {times[1]:.1f} | {times[1] / times[0]:.2f} "
+                    f"| {max(gaps):.1e} |")
+    return rows
+
+
 def traffic_model(batch: int, itemsize: int = 2) -> list[str]:
     """Markdown rows: per stage, the bytes that must move against the chunked path's (module docstring)."""
     rows = ["| stage (B, heads, H, W, d) | must move (MB) | chunked path (MB) | ratio |", "|---|---:|---:|---:|"]
@@ -220,6 +256,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--batch", type=int, default=64, help="batch of the models and of --op")
     parser.add_argument("--op", action="store_true", help="time the op per stage and path, bf16 (CUDA)")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the op's 'triton' backward as it was and as it is, per stage (fp32)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -235,6 +273,9 @@ def main(argv=None):
     if args.op and device.type == "cuda":
         print(f"# the op per stage, bf16, batch {args.batch}; median of {repeat} run(s) after 1 warm-up\n")
         print("\n".join(op_rows(args.batch, device, torch.bfloat16, repeat)) + "\n")
+    if args.backward:
+        print(f"# the 'triton' backend's backward per stage, fp32, batch {args.batch}; median of {repeat} run(s)\n")
+        print("\n".join(backward_rows(args.batch, device, repeat)) + "\n")
     print("# bytes model of the op's forward, PPMA-linear-T at 224, bf16 inputs\n")
     print("\n".join(traffic_model(args.batch)) + "\n")
     print(f"# backbones (features_only), batch 1, fp32; median of {repeat} run(s) after 1 warm-up\n")

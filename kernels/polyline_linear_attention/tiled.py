@@ -29,7 +29,7 @@ Per token and path: ``STRIP * W * (d + dv')`` multiply-adds inside the strip (te
 ``2 W d dv'`` for the edge states (tensor cores), ``2 d dv'`` to read them. Every mask factor is
 ``exp`` of minus a non-negative difference of cumulative sums (nothing overflows). fp32, fp16,
 bf16 inputs: ``tl.dot`` on the inputs' dtype with fp32 accumulation (fp32: ``'ieee'``); states,
-sums and the output numerator in fp32. The backward is the op's (``ppma.ops``), not a kernel.
+sums and the output numerator in fp32 (returned: the op's backward, in ``ppma.ops``, starts from it).
 """
 from __future__ import annotations
 
@@ -293,13 +293,16 @@ def _path_numerator(q, k, v, ga, gb, strip: int | None) -> torch.Tensor:
     return num + strip_states(q.flatten(0, 1), edges, gb, strip)
 
 
-def linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps: float, strip: int | None = None) -> torch.Tensor:
+def linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps: float,
+                               strip: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Linear polyline attention (``ppma.ops.polyline_linear_attention``) on a 2-D grid.
 
     ``q``, ``k`` ``(B, heads, H, W, d)`` non-negative features, ``v`` ``(B, heads, H, W, dv)``
     (any strides; channels are made contiguous; of mixed dtypes, all run in the promoted one),
-    fp32 log-decays ``(B, heads, H, W)`` -> ``out`` ``(B, heads, H, W, dv)`` in ``v.dtype``. ``strip``: rows (V2H: columns) of a strip, a power
-    of two >= :data:`MIN_STRIP` (default :func:`strip_rows` of the head dim).
+    fp32 log-decays ``(B, heads, H, W)`` -> ``(out, num')``: ``out`` ``(B, heads, H, W, dv)`` in
+    ``v.dtype`` and the numerator ``num'`` fp32 ``(B*heads, H, W, dv + 1)`` (the op's backward
+    takes it). ``strip``: rows (V2H: columns) of a strip, a power of two >= :data:`MIN_STRIP`
+    (default :func:`strip_rows` of the head dim).
     """
     _check_dtype(q, k, v)
     if strip is not None and (strip < MIN_STRIP or strip & (strip - 1)):
@@ -316,7 +319,7 @@ def linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps: float, strip: 
 
     v2h = _path_numerator(t(q), t(k), t(v), t(gb), t(ga), strip).transpose(1, 2)
     num = h2v + v2h
-    return (num[..., :-1] / (num[..., -1:] + eps)).to(out_dtype).view(v.shape)
+    return (num[..., :-1] / (num[..., -1:] + eps)).to(out_dtype).view(v.shape), num
 
 
 def compile_cases() -> list[tuning.CompileCase]:

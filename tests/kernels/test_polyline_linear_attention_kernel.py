@@ -27,7 +27,7 @@ def make_inputs(grid, seed, dtype=torch.float32, batch=1, heads=2, d=4, dv=3):
 def fwd(inputs, strip=None):
     from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
 
-    return linear_attention_tiled_fwd(*inputs, 1e-6, strip=strip)
+    return linear_attention_tiled_fwd(*inputs, 1e-6, strip=strip)[0]
 
 
 def reference(inputs):
@@ -100,6 +100,35 @@ def test_op_triton_backend_values_and_gradients(dtype, rtol):
     assert got[0].dtype == dtype
     for name, g, w in zip(NAMES, got, want):
         assert_close(g, w, rtol, name)
+
+
+@pytest.mark.parametrize("grid", [(7, 9), (2, 3, 4)], ids=str)
+def test_op_triton_backward_runs_no_forward(grid, monkeypatch):
+    """The ``'triton'`` backend keeps its forward's numerator and runs the chunked path's backward
+    from it: on the 2-D strip kernels and the 3-D chunked path alike, the backward computes no
+    forward scan (``chunked._paths``), and every gradient (``log_gamma``'s too) is the reference's."""
+    from ppma.ops.polyline_linear_attention_impl import chunked
+
+    calls = []
+    paths = chunked._paths
+    monkeypatch.setattr(chunked, "_paths", lambda *a: calls.append(1) or paths(*a))
+    gen = torch.Generator().manual_seed(21)
+    q, k = (torch.rand(1, 2, *grid, 4, generator=gen) + 0.1 for _ in range(2))
+    v = torch.randn(1, 2, *grid, 3, generator=gen)
+    decays = [(-torch.rand(1, 2, *grid, generator=gen) * 2).requires_grad_() for _ in grid]
+    leaves = [t.requires_grad_() for t in (q, k, v)] + decays[::-1]
+    out = polyline_linear_attention(*leaves[:5], leaves[5] if len(grid) == 3 else None, backend="triton")
+    forward_calls = len(calls)
+    grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
+    assert len(calls) == forward_calls, "the backward ran the forward again"
+    want_out = polyline_linear_attention_reference(*[t.detach().double() for t in leaves[:5]],
+                                                   leaves[5].detach().double() if len(grid) == 3 else None)
+    assert_close(out, want_out, 1e-5)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = polyline_linear_attention_reference(*ref_leaves[:5], ref_leaves[5] if len(grid) == 3 else None)
+    want = torch.autograd.grad(ref, ref_leaves, torch.ones_like(ref))
+    for name, g, w in zip(NAMES[1:] + ["log_gamma"], grads, want):
+        assert_close(g, w, 1e-5, name)
 
 
 def test_op_triton_backend_opcheck():

@@ -136,6 +136,48 @@ def _present(tensors):
     return [t for t in tensors if t is not None]
 
 
+def _forward(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan):
+    """``(out, num')`` on ``(B * heads, *grid, .)`` tensors; ``num'`` ``(..., dv + 1)`` in the state's dtype."""
+    acc = _at_least_fp32(v).dtype
+    vp, k, q = _with_ones(v, acc), k.to(acc), q.to(acc)
+    dv1 = vp.shape[-1]
+    num = vp.new_zeros(vp.shape)
+    for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, budget):
+        factors = _factors(scan, [None if t is None else t[rows] for t in (log_alpha, log_beta, log_gamma)])
+        for features in feature_chunks:
+            for y in _paths(scan, _state(k, vp, rows, features), factors):
+                num[rows] += _contract(q[rows, ..., features], y)
+    return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype), num
+
+
+def _backward(grad, num, q_in, k_in, v_in, log_alpha, log_beta, log_gamma, eps, budget, scan):
+    """``(dq, dk, dv, dlog_alpha, dlog_beta, dlog_gamma or None)`` on ``(B * heads, *grid, .)``
+    tensors, from the forward's ``num'`` and the output gradient ``grad``: each chunk's scans
+    recomputed and backpropagated (no forward runs)."""
+    acc, dv1 = num.dtype, num.shape[-1]
+    vp, k, q = _with_ones(v_in, acc), k_in.to(acc), q_in.to(acc)
+    r = 1.0 / (num[..., -1:] + eps)
+    g = grad.to(acc) * r
+    gnum = torch.cat([g, -(g * num[..., :-1] * r).sum(-1, keepdim=True)], dim=-1)
+    dq, dk, dvp = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(vp)
+    ddecays = [None if t is None else torch.zeros_like(t) for t in (log_alpha, log_beta, log_gamma)]
+    for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, budget):
+        factors, factors_vjp = _factors_vjp(scan, [None if t is None else t[rows] for t in (log_alpha, log_beta, log_gamma)])
+        dfactors = [torch.zeros_like(f) for f in factors]
+        for features in feature_chunks:
+            gy = (q[rows, ..., features, None] * gnum[rows, ..., None, :]).flatten(-2)
+            paths, dx, df = _paths_vjp(scan, _state(k, vp, rows, features), factors, gy)
+            dx = dx.unflatten(-1, (-1, dv1))
+            dq[rows, ..., features] = sum(_contract(gnum[rows], y, transposed=True) for y in paths)
+            dk[rows, ..., features] = (dx * vp[rows, ..., None, :]).sum(-1)
+            dvp[rows] += (dx * k[rows, ..., features, None]).sum(-2)
+            for total, part in zip(dfactors, df):
+                total += part
+        for total, part in zip(_present(ddecays), factors_vjp(dfactors)):
+            total[rows] += part
+    return (dq.to(q_in.dtype), dk.to(k_in.dtype), dvp[..., :-1].to(v_in.dtype), *ddecays)
+
+
 class _ChunkedLinearAttention(torch.autograd.Function):
     """``(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan) -> (out, num')`` on ``(B * heads,
     *grid, .)`` tensors; ``num'`` (``(..., dv + 1)``, not differentiable) is kept for the
@@ -144,16 +186,7 @@ class _ChunkedLinearAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan):
-        acc = _at_least_fp32(v).dtype
-        vp, k, q = _with_ones(v, acc), k.to(acc), q.to(acc)
-        dv1 = vp.shape[-1]
-        num = vp.new_zeros(vp.shape)
-        for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, budget):
-            factors = _factors(scan, [None if t is None else t[rows] for t in (log_alpha, log_beta, log_gamma)])
-            for features in feature_chunks:
-                for y in _paths(scan, _state(k, vp, rows, features), factors):
-                    num[rows] += _contract(q[rows, ..., features], y)
-        return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype), num
+        return _forward(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -163,31 +196,14 @@ class _ChunkedLinearAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, _):
-        q_in, k_in, v_in, log_alpha, log_beta, log_gamma, num = ctx.saved_tensors
-        acc, dv1 = num.dtype, num.shape[-1]
-        vp, k, q = _with_ones(v_in, acc), k_in.to(acc), q_in.to(acc)
-        r = 1.0 / (num[..., -1:] + ctx.eps)
-        g = grad.to(acc) * r
-        gnum = torch.cat([g, -(g * num[..., :-1] * r).sum(-1, keepdim=True)], dim=-1)
-        dq, dk, dvp = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(vp)
-        ddecays = [None if t is None else torch.zeros_like(t) for t in (log_alpha, log_beta, log_gamma)]
-        for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, ctx.budget):
-            factors, factors_vjp = _factors_vjp(ctx.scan, [None if t is None else t[rows]
-                                                           for t in (log_alpha, log_beta, log_gamma)])
-            dfactors = [torch.zeros_like(f) for f in factors]
-            for features in feature_chunks:
-                gy = (q[rows, ..., features, None] * gnum[rows, ..., None, :]).flatten(-2)
-                paths, dx, df = _paths_vjp(ctx.scan, _state(k, vp, rows, features), factors, gy)
-                dx = dx.unflatten(-1, (-1, dv1))
-                dq[rows, ..., features] = sum(_contract(gnum[rows], y, transposed=True) for y in paths)
-                dk[rows, ..., features] = (dx * vp[rows, ..., None, :]).sum(-1)
-                dvp[rows] += (dx * k[rows, ..., features, None]).sum(-2)
-                for total, part in zip(dfactors, df):
-                    total += part
-            for total, part in zip(_present(ddecays), factors_vjp(dfactors)):
-                total[rows] += part
-        grads = (dq.to(q_in.dtype), dk.to(k_in.dtype), dvp[..., :-1].to(v_in.dtype))
-        return (*grads, *ddecays, None, None, None)
+        q, k, v, log_alpha, log_beta, log_gamma, num = ctx.saved_tensors
+        return (*_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma, ctx.eps, ctx.budget, ctx.scan),
+                None, None, None)
+
+
+def _rows(t):
+    """``(B, heads, *grid[, C])`` -> ``(B * heads, *grid[, C])``."""
+    return None if t is None else t.flatten(0, 1)
 
 
 def polyline_linear_attention_chunked(
@@ -204,12 +220,30 @@ def polyline_linear_attention_chunked(
     """Same contract as :func:`~.reference.polyline_linear_attention_reference`; at most
     ``budget`` state elements at a time (one key feature of one ``(batch, head)`` at least);
     ``scan``: ``'blocked'`` (PyTorch) or ``'triton'`` (:func:`ppma.ops.polyline_scan`'s kernel)."""
-
-    def rows(t):  # (B, heads, *grid[, C]) -> (B * heads, *grid[, C])
-        return None if t is None else t.flatten(0, 1)
-
     with torch.autocast(q.device.type, enabled=False):  # state and sums stay fp32 under autocast
         out, _ = _ChunkedLinearAttention.apply(
-            rows(q), rows(k), rows(v), rows(log_alpha), rows(log_beta), rows(log_gamma), eps, budget, scan
+            _rows(q), _rows(k), _rows(v), _rows(log_alpha), _rows(log_beta), _rows(log_gamma), eps, budget, scan
         )
     return out.unflatten(0, v.shape[:2])
+
+
+def chunked_forward(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS, scan="blocked"):
+    """``(out, num')``: :func:`polyline_linear_attention_chunked` without autograd and its
+    numerator ``num'`` ``(B * heads, *grid, dv + 1)`` (fp32; fp64 for fp64 ``v``), which
+    :func:`chunked_backward` takes."""
+    with torch.autocast(q.device.type, enabled=False):
+        out, num = _forward(_rows(q), _rows(k), _rows(v), _rows(log_alpha), _rows(log_beta), _rows(log_gamma), eps,
+                            budget, scan)
+    return out.unflatten(0, v.shape[:2]), num
+
+
+def chunked_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS,
+                     scan="blocked") -> list[torch.Tensor]:
+    """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of the op for the output
+    gradient ``grad`` ``(B, heads, *grid, dv)``, from the forward's numerator ``num'`` (any path's:
+    :func:`chunked_forward`'s, the Triton strip kernels'), with the chunked path's backward: no
+    forward runs."""
+    with torch.autocast(q.device.type, enabled=False):
+        grads = _backward(_rows(grad), num, _rows(q), _rows(k), _rows(v), _rows(log_alpha), _rows(log_beta),
+                          _rows(log_gamma), eps, budget, scan)
+    return [g.unflatten(0, v.shape[:2]) for g in grads if g is not None]

@@ -13,14 +13,15 @@ What each backend runs (none holds the whole grid's ``d x dv`` state):
   on 3-D grids and fp64, the chunked path with :func:`ppma.ops.polyline_scan`'s Triton kernel for
   the scans of every chunk.
 
-Gradients of all three are those of the chunked path's own backward (an autograd function that
-recomputes each chunk's scans and backpropagates through them), reached by ``torch.func.vjp``:
-no backend keeps residuals. :mod:`.reference`, which forms every token's state at once, is the
+Gradients of all three are those of the chunked path's own backward (it recomputes each chunk's
+scans and backpropagates through them). The ``'torch'`` and ``'cpu'`` backends reach it by
+``torch.func.vjp`` (the chunked forward runs again first); the ``'triton'`` one keeps its
+forward's numerator ``num'`` (``(B * heads, *grid, dv + 1)`` fp32, O(N dv)) and calls it directly
+(:func:`.chunked.chunked_backward`). :mod:`.reference`, which forms every token's state at once, is the
 oracle of the tests.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -28,10 +29,11 @@ import torch
 from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import check_decays, check_grid_tensor
+from ..polyline_attention_impl.reference import _at_least_fp32
 from ..polyline_scan_impl.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
-from .chunked import polyline_linear_attention_chunked
+from .chunked import chunked_backward, chunked_forward, polyline_linear_attention_chunked
 from .export import polyline_linear_attention_export
 from .reference import polyline_linear_attention_reference
 
@@ -57,19 +59,28 @@ def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, ep
 def _load_triton() -> Impl:
     """2-D grids of fp32/fp16/bf16 inputs: the strip kernels of
     :mod:`ppma.kernels.polyline_linear_attention`; 3-D grids and fp64: the chunked path with the
-    Triton polyline scan. Backward (no kernel of its own): the torch backward through the chunked
-    path with the Triton scan."""
+    Triton polyline scan. Either keeps its numerator ``num'``; the backward (no kernel of its own)
+    is the chunked path's, with the Triton scan, from it (no forward runs again)."""
     from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
-
-    chunked = functools.partial(polyline_linear_attention_chunked, scan="triton")
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
         if log_gamma is not None or q.dtype == torch.float64 or v.dtype == torch.float64:
-            return chunked(q, k, v, log_alpha, log_beta, log_gamma, eps), ()
-        with torch.autocast(q.device.type, enabled=False):  # its strip states stay fp32 under autocast
-            return linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps), ()
+            out, num = chunked_forward(q, k, v, log_alpha, log_beta, log_gamma, eps, scan="triton")
+        else:
+            with torch.autocast(q.device.type, enabled=False):  # its strip states stay fp32 under autocast
+                out, num = linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps)
+        return out, (num,)
 
-    return Impl(forward, recompute=chunked)
+    def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
+        return chunked_backward(grads[0], residuals[0], q, k, v, log_alpha, log_beta, log_gamma, eps, scan="triton")
+
+    return Impl(forward, backward, _numerator_fake)
+
+
+def _numerator_fake(q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """The residual of the ``'triton'`` forward: ``num'`` ``(B * heads, *grid, dv + 1)`` in the state's dtype."""
+    return (torch.empty(v.shape[0] * v.shape[1], *v.shape[2:-1], v.shape[-1] + 1, dtype=_at_least_fp32(v).dtype,
+                        device=v.device),)
 
 
 OP = register(
