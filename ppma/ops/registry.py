@@ -57,7 +57,7 @@ class Impl(NamedTuple):
       returns the gradients of the tensor arguments that are not None, in argument order. With
       ``saves_outputs``, ``residuals`` is ``(*outputs, *residuals)``. None (a kernel without a
       backward of its own): the registry gives it the torch backward, autograd through
-      ``recompute`` (default: the op's ``torch`` form) by ``torch.func.vjp``;
+      the op's ``torch`` form by ``torch.func.vjp``;
     - ``residuals_fake(*args)``: the residuals as empty tensors (when there are any).
 
     The gradients' layout is the op's (:attr:`Op.backward_fake`), whatever the backend.
@@ -67,7 +67,6 @@ class Impl(NamedTuple):
     backward: Callable[..., list] | None = None
     residuals_fake: Callable[..., tuple] = lambda *args: ()
     saves_outputs: bool = False
-    recompute: Callable | None = None
 
 
 def _always(device: torch.device) -> bool:
@@ -212,7 +211,7 @@ _IMPLEMENTATIONS: dict[tuple[str, str], Impl] = {}
 
 def implementation(op: Op, backend: str) -> Impl:
     """The :class:`Impl` of ``op`` for a resolved ``backend``, its ``backward`` filled in (a kernel
-    without one gets the torch backward through its ``recompute``). Built once per (op, backend)
+    without one gets the torch backward through the op's ``torch`` form). Built once per (op, backend)
     and cached; :func:`clear_implementations` drops the cache (e.g. after patching a kernel)."""
     key = (op.name, backend)
     if key not in _IMPLEMENTATIONS:
@@ -235,7 +234,7 @@ def _build_implementation(op: Op, backend: str) -> Impl:
         impl = kernel.load()
     if impl.backward is not None:
         return impl
-    return impl._replace(backward=functools.partial(torch_backward, op.name, op.arguments, impl.recompute or op.torch))
+    return impl._replace(backward=functools.partial(torch_backward, op.name, op.arguments, op.torch))
 
 
 def export_decompositions() -> dict:

@@ -87,7 +87,7 @@ def test_every_backend_has_a_backward(name):
     assert callable(op.backward_fake)
 
 
-def test_a_kernel_without_backward_gets_the_torch_backward_through_its_recompute():
+def test_a_kernel_without_backward_gets_the_torch_backward():
     """selective_scan's cpu kernel has no backward of its own: its gradients are autograd's through
     the op's torch form, equal to the torch backend's."""
     op = registered_ops()["selective_scan"]
