@@ -35,9 +35,9 @@ channel and token, before the scan's carried states and decays.
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
     python kernels/bench/polyline_linear_attention.py --backward --sizes   # the backward, as it was and is
 
-``--backward``: per stage, the ``'triton'`` backend's backward as it was (autograd through the
-chunked path, whose forward runs again first) and as it is (the chunked backward from the
-numerator its forward kept), side by side with their gradients compared.
+``--backward``: per stage, the ``'cpu'`` and ``'triton'`` backends' backward as it was (autograd
+through the chunked path, whose forward runs again first) and as it is (the chunked backward from
+the numerator their forward kept), side by side with their gradients compared.
 """
 from __future__ import annotations
 
@@ -180,10 +180,11 @@ def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -
 
 
 def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
-    """Markdown rows: per stage (fp32, batch ``batch``), the ``'triton'`` backend's backward as it
-    was (``torch.func.vjp`` through the chunked path: its forward runs again, then its backward)
-    and as it is (:func:`chunked_backward` from the forward's numerator), side by side, the
-    gradients compared. Scans: the Triton kernel on CUDA, the blocked PyTorch scan on the CPU."""
+    """Markdown rows: per stage (fp32, batch ``batch``), the op's backward as it was
+    (``torch.func.vjp`` through the chunked path: its forward runs again, then its backward) and as
+    the ``'cpu'`` and ``'triton'`` backends run it now (:func:`chunked_backward` from the forward's
+    numerator), side by side, the gradients compared. Scans: the Triton kernel on CUDA (the
+    ``'triton'`` backend's), the blocked PyTorch scan on the CPU (the ``'cpu'`` backend's)."""
     scan = "triton" if device.type == "cuda" else "blocked"
     rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | from the numerator (ms) | ratio "
             "| max gradient difference |", "|---|---:|---:|---:|---:|"]
@@ -257,7 +258,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64, help="batch of the models and of --op")
     parser.add_argument("--op", action="store_true", help="time the op per stage and path, bf16 (CUDA)")
     parser.add_argument("--backward", action="store_true",
-                        help="time the op's 'triton' backward as it was and as it is, per stage (fp32)")
+                        help="time the op's backward as it was and as it is, per stage (fp32)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -274,7 +275,7 @@ def main(argv=None):
         print(f"# the op per stage, bf16, batch {args.batch}; median of {repeat} run(s) after 1 warm-up\n")
         print("\n".join(op_rows(args.batch, device, torch.bfloat16, repeat)) + "\n")
     if args.backward:
-        print(f"# the 'triton' backend's backward per stage, fp32, batch {args.batch}; median of {repeat} run(s)\n")
+        print(f"# the op's backward per stage, fp32, batch {args.batch}; median of {repeat} run(s)\n")
         print("\n".join(backward_rows(args.batch, device, repeat)) + "\n")
     print("# bytes model of the op's forward, PPMA-linear-T at 224, bf16 inputs\n")
     print("\n".join(traffic_model(args.batch)) + "\n")

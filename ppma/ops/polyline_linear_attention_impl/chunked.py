@@ -237,6 +237,13 @@ def chunked_forward(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budg
     return out.unflatten(0, v.shape[:2]), num
 
 
+def numerator_fake(q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """The numerator ``num'`` that a forward keeps for :func:`chunked_backward`, as an empty tensor
+    ``(B * heads, *grid, dv + 1)`` (an :class:`~ppma.ops.registry.Impl`'s ``residuals_fake``)."""
+    return (torch.empty(v.shape[0] * v.shape[1], *v.shape[2:-1], v.shape[-1] + 1, dtype=_at_least_fp32(v).dtype,
+                        device=v.device),)
+
+
 def chunked_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS,
                      scan="blocked") -> list[torch.Tensor]:
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of the op for the output

@@ -33,10 +33,10 @@ the key's column, so unlike a product of two 1-D masks, states at block boundari
 stand for it). The factors depend on the decays only and serve every chunk; each is a product
 of decays (``<= 1``), so nothing overflows or cancels. State and sums in fp32 (fp64 for fp64 inputs).
 
-The backward is the ``torch`` backend's (``torch.func.vjp`` through :mod:`.chunked`, which also
-holds one chunk's state at a time): the decay gradients need each scan's carried states in both
-directions, which its autograd through the blocked scans gives, and the in-place matmuls here
-have no autograd formula.
+The backward is the chunked path's (:func:`.chunked.chunked_backward`, which also holds one
+chunk's state at a time), from the numerator ``num'`` the forward keeps (no forward runs again):
+the decay gradients need each scan's carried states in both directions, which its autograd
+through the blocked scans gives, and the in-place matmuls here have no autograd formula.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from .._scratch import scratch
 from ..polyline_attention_impl.reference import _at_least_fp32
 from ..registry import Impl
-from .chunked import _chunks, _with_ones
+from .chunked import _chunks, _with_ones, chunked_backward, numerator_fake
 
 # Lines up to this many tokens are one block (one n x n matmul a line).
 WHOLE_LINE = 16
@@ -285,11 +285,9 @@ def _quadratic(q, k, vp, decays, budget):
     return num.view(-1, *grid, dv1)
 
 
-def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS,
-                         quadratic=None):
-    """Same contract as :func:`~.reference.polyline_linear_attention_reference`; buffers of at
-    most ``budget`` elements (one key feature of one ``(batch, head)`` at least). ``quadratic``:
-    the quadratic form (True), the scans (False), or whichever costs less (None)."""
+def numerator(q, k, v, log_alpha, log_beta, log_gamma=None, budget=CHUNK_ELEMENTS, quadratic=None) -> torch.Tensor:
+    """``num'`` ``(B * heads, *grid, dv + 1)`` (fp32; fp64 for fp64 ``v``) of
+    :func:`linear_attention_cpu` (same arguments, no ``eps``)."""
     acc = _at_least_fp32(v).dtype
     decays = [log_alpha, log_beta] + ([log_gamma] if log_gamma is not None else [])
     decays = [ld.flatten(0, 1).to(acc) for ld in decays[::-1]]  # per grid axis (T,) H, W
@@ -297,16 +295,32 @@ def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6,
     vp = _with_ones(v.flatten(0, 1), acc)
     if quadratic is None:
         quadratic = quadratic_is_cheaper(q.shape[1:-1], q.shape[-1], vp.shape[-1])
-    num = (_quadratic if quadratic else _scanned)(q, k, vp, decays, budget)
+    return (_quadratic if quadratic else _scanned)(q, k, vp, decays, budget)
+
+
+def _output(num: torch.Tensor, v: torch.Tensor, eps: float) -> torch.Tensor:
+    """``out`` ``(B, heads, *grid, dv)`` in ``v``'s dtype from ``num'``."""
     return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype).unflatten(0, v.shape[:2])
 
 
+def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS,
+                         quadratic=None):
+    """Same contract as :func:`~.reference.polyline_linear_attention_reference`; buffers of at
+    most ``budget`` elements (one key feature of one ``(batch, head)`` at least). ``quadratic``:
+    the quadratic form (True), the scans (False), or whichever costs less (None)."""
+    return _output(numerator(q, k, v, log_alpha, log_beta, log_gamma, budget, quadratic), v, eps)
+
+
 def load() -> Impl:
-    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, no residuals, no backward of its
-    own (the registry's torch backward: autograd through the chunked path)."""
+    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, which keeps its numerator
+    ``num'``; the backward is the chunked path's (blocked scan) from it, no forward again."""
 
-    def forward(*args):
+    def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
         with torch.autocast("cpu", enabled=False):
-            return linear_attention_cpu(*args), ()
+            num = numerator(q, k, v, log_alpha, log_beta, log_gamma)
+            return _output(num, v, eps), (num,)
 
-    return Impl(forward)
+    def backward(grads, residuals, *args):
+        return chunked_backward(grads[0], residuals[0], *args, scan="blocked")
+
+    return Impl(forward, backward, numerator_fake)

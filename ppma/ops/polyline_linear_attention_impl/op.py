@@ -14,9 +14,9 @@ What each backend runs (none holds the whole grid's ``d x dv`` state):
   the scans of every chunk.
 
 Gradients of all three are those of the chunked path's own backward (it recomputes each chunk's
-scans and backpropagates through them). The ``'torch'`` and ``'cpu'`` backends reach it by
-``torch.func.vjp`` (the chunked forward runs again first); the ``'triton'`` one keeps its
-forward's numerator ``num'`` (``(B * heads, *grid, dv + 1)`` fp32, O(N dv)) and calls it directly
+scans and backpropagates through them). The ``'torch'`` backend reaches it by ``torch.func.vjp``
+(the chunked forward runs again first); the ``'cpu'`` and ``'triton'`` ones keep their forward's
+numerator ``num'`` (``(B * heads, *grid, dv + 1)`` fp32, O(N dv)) and call it directly
 (:func:`.chunked.chunked_backward`). :mod:`.reference`, which forms every token's state at once, is the
 oracle of the tests.
 """
@@ -29,11 +29,10 @@ import torch
 from ppma.kernels.common.runtime import triton_checks
 
 from .._checks import check_decays, check_grid_tensor
-from ..polyline_attention_impl.reference import _at_least_fp32
 from ..polyline_scan_impl.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
-from .chunked import chunked_backward, chunked_forward, polyline_linear_attention_chunked
+from .chunked import chunked_backward, chunked_forward, numerator_fake, polyline_linear_attention_chunked
 from .export import polyline_linear_attention_export
 from .reference import polyline_linear_attention_reference
 
@@ -74,13 +73,7 @@ def _load_triton() -> Impl:
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
         return chunked_backward(grads[0], residuals[0], q, k, v, log_alpha, log_beta, log_gamma, eps, scan="triton")
 
-    return Impl(forward, backward, _numerator_fake)
-
-
-def _numerator_fake(q, k, v, log_alpha, log_beta, log_gamma, eps):
-    """The residual of the ``'triton'`` forward: ``num'`` ``(B * heads, *grid, dv + 1)`` in the state's dtype."""
-    return (torch.empty(v.shape[0] * v.shape[1], *v.shape[2:-1], v.shape[-1] + 1, dtype=_at_least_fp32(v).dtype,
-                        device=v.device),)
+    return Impl(forward, backward, numerator_fake)
 
 
 OP = register(
