@@ -97,8 +97,12 @@ def test_op_values_and_gradients_match_the_reference(grid, monkeypatch):
         assert relative(g, w) < 1e-5
 
 
-def test_opcheck():
-    inputs = make_inputs((5, 7), torch.float64)
+@pytest.mark.parametrize("grid, whole_line", [((5, 7), 16), ((13, 11), 8)], ids=["whole", "padded blocks"])
+def test_opcheck(grid, whole_line, monkeypatch):
+    """Also where the scans pad the lines to whole blocks (13 x 11 in blocks of 8): the numerator
+    the forward keeps is laid out as its fake says."""
+    monkeypatch.setattr(cpu, "WHOLE_LINE", whole_line)
+    inputs = make_inputs(grid, torch.float64)
     torch.library.opcheck(torch.ops.ppma.polyline_linear_attention.default, (*inputs, 1e-6, "cpu", True))
 
 

@@ -317,7 +317,7 @@ def load() -> Impl:
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
         with torch.autocast("cpu", enabled=False):
-            num = numerator(q, k, v, log_alpha, log_beta, log_gamma)
+            num = numerator(q, k, v, log_alpha, log_beta, log_gamma).contiguous()  # not a view of padded lines
             return _output(num, v, eps), (num,)
 
     def backward(grads, residuals, *args):
