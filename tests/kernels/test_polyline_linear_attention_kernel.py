@@ -119,14 +119,15 @@ def test_op_triton_backward_runs_no_forward(grid, monkeypatch):
     leaves = [t.requires_grad_() for t in (q, k, v)] + decays[::-1]
     out = polyline_linear_attention(*leaves[:5], leaves[5] if len(grid) == 3 else None, backend="triton")
     forward_calls = len(calls)
-    grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
+    grad = torch.randn(out.shape, generator=gen)
+    grads = torch.autograd.grad(out, leaves, grad)
     assert len(calls) == forward_calls, "the backward ran the forward again"
     want_out = polyline_linear_attention_reference(*[t.detach().double() for t in leaves[:5]],
                                                    leaves[5].detach().double() if len(grid) == 3 else None)
     assert_close(out, want_out, 1e-5)
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     ref = polyline_linear_attention_reference(*ref_leaves[:5], ref_leaves[5] if len(grid) == 3 else None)
-    want = torch.autograd.grad(ref, ref_leaves, torch.ones_like(ref))
+    want = torch.autograd.grad(ref, ref_leaves, grad.double())
     for name, g, w in zip(NAMES[1:] + ["log_gamma"], grads, want):
         assert_close(g, w, 1e-5, name)
 
