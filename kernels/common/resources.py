@@ -6,9 +6,10 @@ Compiles each kernel module's ``compile_cases()`` (:data:`~.tuning.KERNEL_MODULE
 ``metadata.shared`` and ptxas's register and spill counts, and writes the table the pruning reads
 (:data:`~.tuning.RESOURCES_PATH`) and the marked section of ``docs/benchmarks.md``.
 
-- Incremental: each row keeps a hash of its case (the kernel's Triton ``cache_key``, which covers
-  its source and the ``@triton.jit`` functions and globals it uses, and the case's types,
-  constexprs, warps, stages and options). A row whose hash is unchanged is not compiled again.
+- Incremental: each row keeps a hash of its case (:func:`source_key`: the kernel's source and that
+  of the ``@triton.jit`` functions and constexpr globals it uses, without line numbers; and the
+  case's types, constexprs, warps, stages and options). A row whose hash is unchanged is not
+  compiled again, so an edit elsewhere in a kernel's module recompiles nothing.
 - Fewer compiles: a case with ``same_as`` (e.g. fp16, laid out as bf16) takes that row's numbers,
   and :data:`ARCH_SAME_AS` architectures (sm_89: sm_86's limit and PTX rules) take another's;
   ``tests/kernels/test_kernel_resources.py`` compiles samples of both to check.
@@ -19,6 +20,7 @@ import time): the command line unsets it before importing the kernels.
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import hashlib
 import importlib
@@ -34,9 +36,11 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import triton
+import triton.language as tl
 from triton import knobs
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
 
 from .tuning import (
     ARCHS,
@@ -63,9 +67,31 @@ def all_cases() -> dict[str, CompileCase]:
     return {name: case for module in KERNEL_MODULES for name, case in cases(module).items()}
 
 
+def source_key(fn: JITFunction, _seen: set | None = None) -> str:
+    """What the code of the ``@triton.jit`` function ``fn`` depends on, without line numbers
+    (Triton's ``cache_key`` has them: any edit above a kernel would change it): its source, then,
+    once each, that of every ``@triton.jit`` function it names through its globals (recursively)
+    and the value of every constant global it names (``X: tl.constexpr = 2`` is a plain ``int``)."""
+    seen = set() if _seen is None else _seen
+    seen.add(fn)
+    parts = [fn.src]
+    for node in ast.walk(ast.parse(fn.src)):
+        if isinstance(node, ast.Name):
+            value = fn.__globals__.get(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            value = getattr(fn.__globals__.get(node.value.id), node.attr, None)
+        else:
+            continue
+        if isinstance(value, JITFunction) and value not in seen:
+            parts.append(source_key(value, seen))
+        elif isinstance(value, (tl.constexpr, bool, int, float, str)):  # a global the kernel reads
+            parts.append(f"{ast.unparse(node)} = {value!r}")
+    return "\n".join(parts)
+
+
 def case_hash(case: CompileCase) -> str:
-    """What a row's numbers depend on: the kernel's source (Triton's ``cache_key``) and the case."""
-    text = repr((triton.__version__, case.kernel.cache_key, sorted(case.signature.items()),
+    """What a row's numbers depend on: the kernel's code (:func:`source_key`) and the case."""
+    text = repr((triton.__version__, source_key(case.kernel), sorted(case.signature.items()),
                  sorted((k, repr(v)) for k, v in case.constexprs.items()), case.num_warps, case.num_stages,
                  sorted(case.options.items())))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

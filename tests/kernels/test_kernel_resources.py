@@ -108,6 +108,50 @@ def test_launches_run_the_configurations_that_spill_least(resource_table):
     assert tuning.least_spilling(kernel.tuning, variant, configs, (12, 0)) == [configs[0]]
 
 
+SOURCE_KEYS = r"""
+import importlib.util, json, pathlib, sys, tempfile
+from ppma.kernels.common.resources import source_key
+
+MODULE = '''
+import triton
+import triton.language as tl
+
+SCALE: tl.constexpr = 2
+
+
+@triton.jit
+def _helper(x):
+    return x + 1
+
+
+@triton.jit
+def kernel(X):
+    tl.store(X, _helper(tl.load(X)) * SCALE)
+'''
+variants = {"base": MODULE, "lines above": "\n\n# a comment\n" + MODULE,
+            "helper edited": MODULE.replace("x + 1", "x + 2"), "constexpr edited": MODULE.replace("= 2", "= 3")}
+keys = {}
+for name, text in variants.items():
+    path = pathlib.Path(tempfile.mkdtemp()) / "kernel_module.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"kernel_module_{len(keys)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    keys[name] = source_key(module.kernel)
+print(json.dumps(keys))
+"""
+
+
+def test_row_hashes_see_the_code_but_not_its_line_numbers():
+    """A row's hash (:func:`resources.source_key`) stays when lines are added above a kernel (the
+    table needs no recompiles for that; Triton's ``cache_key`` changes) and changes with a
+    ``@triton.jit`` helper's code or a ``tl.constexpr`` global the kernel uses."""
+    keys = run_compile_script(SOURCE_KEYS)
+    assert keys["lines above"] == keys["base"]
+    assert keys["helper edited"] != keys["base"]
+    assert keys["constexpr edited"] != keys["base"]
+
+
 def test_the_first_configuration_of_every_variant_fits_every_architecture(table):
     """So something always fits, and a configuration left alone after pruning (launched untimed)
     is the first one."""
