@@ -600,6 +600,5 @@ def compile_cases() -> list[tuning.CompileCase]:
                                     kernel.tuning.configs):
                 if config in keep:
                     bf16 = case.name.replace(" | fp16 ", " | bf16 ", 1) if dtype == "fp16" else None
-                    options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
-                    cases.append(dataclasses.replace(case, same_as=bf16, options=options))
+                    cases.append(dataclasses.replace(case, same_as=bf16))
     return cases

@@ -109,7 +109,7 @@ def test_launches_run_the_configurations_that_spill_least(resource_table):
 
 
 SOURCE_KEYS = r"""
-import importlib.util, json, pathlib, sys, tempfile
+import importlib.util, json, pathlib, tempfile
 from ppma.kernels.common.resources import source_key
 
 MODULE = '''
