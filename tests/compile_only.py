@@ -12,6 +12,18 @@ from typing import Any
 import pytest
 
 
+def table_triton() -> str:
+    """The Triton version the resource table (``kernels/common/resources.json``) was compiled with:
+    its spill counts are that compiler's (another version's ptxas input differs)."""
+    from ppma.kernels.common.tuning import RESOURCES_PATH
+
+    return json.loads(RESOURCES_PATH.read_text())["triton"]
+
+
+def same_minor(version: str, other: str) -> bool:
+    return version.split(".")[:2] == other.split(".")[:2]
+
+
 def run_compile_script(script: str, *args: str) -> Any:
     """The JSON that ``script`` (run as ``python -c script *args``) prints on its last line; skips
     where this Triton build has no NVIDIA backend."""

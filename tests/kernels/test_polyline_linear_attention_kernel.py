@@ -1,5 +1,5 @@
 """The Triton strip kernels of the linear polyline attention (``ppma.kernels.polyline_linear_attention``)
-against the reference, in Triton's interpreter: odd grids, H != W, 1 x W and H x 1, batch 1,
+against the reference, on a GPU or in Triton's interpreter: odd grids, H != W, 1 x W and H x 1, batch 1,
 several strips along both paths, fp32 and fp16; through the op's ``'triton'`` backend, the
 output and every gradient."""
 import pytest
@@ -9,7 +9,8 @@ from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.ops import polyline_linear_attention
 from ppma.ops.polyline_linear_attention_impl import polyline_linear_attention_reference
 
-pytestmark = pytest.mark.skipif(triton_unavailable_reason("cpu") is not None,
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(triton_unavailable_reason(DEVICE) is not None,
                                 reason="Triton cannot run here: set TRITON_INTERPRET=1 (CI does) or use a GPU")
 
 NAMES = ["out", "q", "k", "v", "log_alpha", "log_beta"]
@@ -21,7 +22,7 @@ def make_inputs(grid, seed, dtype=torch.float32, batch=1, heads=2, d=4, dv=3):
     q, k = (torch.rand(batch, heads, *grid, d, generator=gen) + 0.1 for _ in range(2))
     v = torch.randn(batch, heads, *grid, dv, generator=gen)
     decays = [-torch.rand(batch, heads, *grid, generator=gen) * 2 for _ in range(2)]
-    return [q.to(dtype), k.to(dtype), v.to(dtype), *decays]
+    return [t.to(DEVICE) for t in (q.to(dtype), k.to(dtype), v.to(dtype), *decays)]
 
 
 def fwd(inputs, strip=None):
@@ -54,7 +55,7 @@ def test_forward_strong_decays_fp32():
     is exp of minus a non-negative difference of cumulative sums (finite, within fp32 rounding)."""
     inputs = make_inputs((10, 17), seed=17, heads=1)
     gen = torch.Generator().manual_seed(18)
-    inputs[3:] = [-(10 ** (torch.rand(1, 1, 10, 17, generator=gen) * 7.477 - 6)) for _ in range(2)]
+    inputs[3:] = [-(10 ** (torch.rand(1, 1, 10, 17, generator=gen) * 7.477 - 6)).to(DEVICE) for _ in range(2)]
     out = fwd(inputs, strip=8)
     assert torch.isfinite(out).all()
     assert_close(out, reference(inputs), 1e-5)
@@ -88,7 +89,7 @@ def test_forward_mixed_dtypes_run_promoted():
 def test_op_triton_backend_values_and_gradients(dtype, rtol):
     """The op's ``'triton'`` backend: the kernels forward, the chunked path's backward."""
     inputs = make_inputs((7, 9), seed=11, dtype=dtype)
-    grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(12))
+    grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(12)).to(DEVICE)
 
     def values_and_grads(fn, tensors, g):
         tensors = [t.detach().requires_grad_() for t in tensors]
@@ -113,13 +114,13 @@ def test_op_triton_backward_runs_no_forward(grid, monkeypatch):
     paths = chunked._paths
     monkeypatch.setattr(chunked, "_paths", lambda *a: calls.append(1) or paths(*a))
     gen = torch.Generator().manual_seed(21)
-    q, k = (torch.rand(1, 2, *grid, 4, generator=gen) + 0.1 for _ in range(2))
-    v = torch.randn(1, 2, *grid, 3, generator=gen)
-    decays = [(-torch.rand(1, 2, *grid, generator=gen) * 2).requires_grad_() for _ in grid]
+    q, k = ((torch.rand(1, 2, *grid, 4, generator=gen) + 0.1).to(DEVICE) for _ in range(2))
+    v = torch.randn(1, 2, *grid, 3, generator=gen).to(DEVICE)
+    decays = [(-torch.rand(1, 2, *grid, generator=gen) * 2).to(DEVICE).requires_grad_() for _ in grid]
     leaves = [t.requires_grad_() for t in (q, k, v)] + decays[::-1]
     out = polyline_linear_attention(*leaves[:5], leaves[5] if len(grid) == 3 else None, backend="triton")
     forward_calls = len(calls)
-    grad = torch.randn(out.shape, generator=gen)
+    grad = torch.randn(out.shape, generator=gen).to(DEVICE)
     grads = torch.autograd.grad(out, leaves, grad)
     assert len(calls) == forward_calls, "the backward ran the forward again"
     want_out = polyline_linear_attention_reference(*[t.detach().double() for t in leaves[:5]],

@@ -31,8 +31,10 @@ TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """Max abs error over the max abs value of ``expected``."""
-    scale = expected.double().abs().max().clamp_min(1e-30)
+    """Max abs error over the max abs value of ``expected``, at least 0.01: a gradient that is zero
+    in exact arithmetic (``dA`` at ``L = 1``, where ``h_0 = 0``) comes out of a GPU at rounding level
+    (7e-8 on an H100), since the backward takes ``exp(dt A) h_{t-1}`` as ``h_t - dt B u``."""
+    scale = expected.double().abs().max().clamp_min(1e-2)
     return ((actual.double().cpu() - expected.double().cpu()).abs().max() / scale).item()
 
 
