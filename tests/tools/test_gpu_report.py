@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from ppma.bench.gpu import kernel_tables
+from ppma.bench.gpu import kernel_tables, warm_up
 from ppma.bench.gpu.budget import Budget, Deadline, SectionTimeout, time_limit
 from ppma.bench.gpu.correctness import Errors, Row, Run, compare, relative_error
 from ppma.bench.gpu.gpu_report import QUICK_PRESETS, main
@@ -22,7 +22,7 @@ from ppma.bench.gpu.official import official_models
 from ppma.bench.gpu.step_profile import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("Correctness", "Kernel tables", "Whole models", "Backbones at large sizes", "Where the time goes",
+SECTIONS = ("Compiling", "Correctness", "Kernel tables", "Whole models", "Backbones at large sizes", "Where the time goes",
             "Time per section")
 
 
@@ -47,6 +47,7 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
     assert re.search(r"^- versions: Python [\d.]+, torch \S+, Triton ", text, re.MULTILINE)
     presets = QUICK_PRESETS
     assert "failed" not in text
+    assert [(r[0], r[1], r[3]) for r in table(text, "## Compiling")] == [(p, "fp32", "done") for p in presets]
 
     rows = table(text, "## Correctness")
     assert [(r[0], r[1].split()[0]) for r in rows] == [(p, c) for p in presets for c in ("fp32", "bf16", "fp16", "fp32")]
@@ -84,10 +85,12 @@ def test_a_section_out_of_time_says_so_and_the_report_is_written(tmp_path, capsy
     out = main(["--quick", "--device", "cpu", "--output", str(tmp_path / "r.md"), "--budget", "0.3"])
     text = out.read_text()
     status = {r[0]: r[3] for r in table(text, "## Time per section")}
-    assert list(status) == ["correctness", "kernel tables", "whole models", "backbones at large sizes",
+    assert list(status) == ["compiling", "correctness", "kernel tables", "whole models", "backbones at large sizes",
                             "where the time goes"]
     assert all(s.startswith("stopped at its time limit") for s in status.values()), status
-    assert re.search(r"^- not run \(stopped at its time limit .*\): .*test_", text, re.MULTILINE)
+    # what a section was doing, or had not begun, when its limit came
+    assert re.search(r"^- (not run \(stopped at its time limit .*\): .*test_|stopped at its time limit \(0 s\) during )",
+                     text, re.MULTILINE)
 
 
 def test_relative_error():
@@ -218,6 +221,37 @@ def test_a_bench_script_stopped_at_its_limit_keeps_its_output(tmp_path, monkeypa
     assert (failed.returncode, failed.stdout, failed.stderr_tail) == (1, "partial\n", "broken input")
     with pytest.raises(FileNotFoundError, match="missing.py not found: the kernel tables need a source checkout"):
         kernel_tables.run_bench(kernel_tables.Bench("missing.py", (), ()), torch.device("cpu"), True, 1)
+
+
+def test_warm_up_tasks_put_the_shared_kernels_first():
+    tasks = warm_up.tasks(("a", "b"), ("t",), quick=False)
+    pairs = [(t.preset, t.case) for t in tasks]
+    assert pairs[:6] == [("a", "fp32"), ("b", "fp32"), ("a", "bf16"), ("b", "bf16"), ("a", "fp16"), ("b", "fp16")]
+    assert len(set(pairs)) == len(pairs) == 2 * 6 + 4  # the tiny presets' six cases, t's four
+    assert {c for p, c in pairs if p == "t"} == {"fp32", "bf16", "fp16", "odd"}
+    assert [(t.preset, t.case) for t in warm_up.tasks(("a",), ("t",), quick=True)] == [("a", "fp32")]
+
+
+def test_warm_up_workers_report_failures_and_are_killed_at_the_limit():
+    """A worker that fails gives its error's last line; at the limit the workers still running are
+    killed (none is left behind) and say so; a task never started has no result."""
+    tasks = [warm_up.WarmTask("no_such_preset", "fp32"), warm_up.WarmTask("test_ppma", "speed"),
+             warm_up.WarmTask("test_ppma", "fp16")]
+    args = ["--device", "cpu", "--size", "32", "32", "--infer-batch", "1", "--train-batch", "1"]
+    results = warm_up.warm_up(tasks[:1], lambda task: args, 120, 1)
+    assert [(r.preset, r.case) for r in results] == [("no_such_preset", "fp32")]
+    assert results[0].status.startswith("failed: ") and "no_such_preset" in results[0].status
+    start = time.monotonic()
+    results = warm_up.warm_up(tasks[1:], lambda task: args, 0.5, 1)
+    assert time.monotonic() - start < 10
+    assert [(r.preset, r.case, r.status) for r in results] == [("test_ppma", "speed", "killed at the section's limit")]
+
+
+def test_warm_up_worker_runs_each_case(monkeypatch):
+    """The worker's cases run the passes of the sections they warm (here on the CPU, 32 x 32)."""
+    for case in warm_up.CASES:
+        warm_up.main(["test_ppma", case, "--device", "cpu", "--size", "32", "40", "--infer-batch", "1",
+                      "--train-batch", "1", "--backbone-sizes", "32"])
 
 
 def test_official_model_files_are_imported_by_path(tmp_path):

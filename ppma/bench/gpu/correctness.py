@@ -26,6 +26,7 @@ FP32_PARAM_TOLERANCE = 1e-3
 LOW_PRECISION_FACTOR = 2.0
 LOW_PRECISION_FLOOR = 1e-2
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+BATCH = 2  # the batch of every case but the odd size's
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -157,7 +158,7 @@ def odd_size(height: int, width: int) -> tuple[int, int]:
     return height + 9, width + 7
 
 
-def check_preset(name: str, device: torch.device, size: tuple[int, int], batch: int = 2) -> Iterator[Row]:
+def check_preset(name: str, device: torch.device, size: tuple[int, int], batch: int = BATCH) -> Iterator[Row]:
     """The cases of timm preset ``name`` at ``size`` ``(H, W)``, one :class:`Row` at a time: fp32,
     bf16, fp16, then fp32 at :func:`odd_size`, batch 1. fp32 runs with TF32 off."""
     import timm

@@ -7,6 +7,8 @@ Sections, run in this order, each within its share of ``--budget`` (default 330 
 the whole run, imports included, within 6 minutes on an H100): a section that runs out of time
 stops, keeps what it measured and says what it did not run.
 
+0. **Compiling** (:mod:`.warm_up`): the later sections' passes, once each in parallel worker
+   processes, so that Triton's on-disk cache holds their kernels before anything is timed.
 1. **Correctness** (:mod:`.correctness`): ``auto`` against ``torch`` on (full mode) every tiny
    preset, then every ``test_*`` preset.
 2. **Kernel tables** (:mod:`.kernel_tables`): the ``kernels/bench`` scripts.
@@ -16,8 +18,8 @@ stops, keeps what it measured and says what it did not run.
    beside them.
 5. **Where the time goes** (:mod:`.step_profile`): one training step per preset under the profiler.
 
-``--quick`` (the CPU test): two ``test_*`` presets at 32x32, batch 2, backbones at 32 and 48, one
-timed run, two of the scripts at their reduced shapes. docs/gpu.md says how to read it.
+``--quick`` (the CPU test): two ``test_*`` presets at 32x32, batch 2 (one fp32 worker each),
+backbones at 32 and 48, one timed run, two of the scripts at their reduced shapes. docs/gpu.md says how to read it.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ from .throughput import (
     model_speed,
     training_step,
 )
+from .warm_up import WarmResult, WarmTask, parallel_processes, tasks, warm_up
 
 TINY_PRESETS = ("ppma_tiny", "vmamba_tiny", "vim_tiny", "mila_tiny", "ppma_linear_tiny")
 # quick mode (a test in the default run, on two CPU cores): the test presets with the most kernels
@@ -162,6 +165,20 @@ def run_items(section: Section, items: list[tuple[str, Callable[[], object]]], d
     section.running = ""
 
 
+def compiling_items(s: Settings, deadline: Deadline) -> list:
+    others = tuple(p for p in s.correctness_presets if p not in s.presets)
+    work = tasks(s.presets, others, s.quick)
+
+    def worker_args(task: WarmTask) -> list[str]:
+        return ["--device", s.device.type, "--size", *map(str, s.input_size(task.preset)),
+                "--infer-batch", str(s.infer_batch), "--train-batch", str(s.train_batch),
+                "--backbone-sizes", *map(str, s.backbone_sizes)]
+
+    processes = parallel_processes(s.device, len(work))
+    label = f"{len(work)} worker processes, {processes} at a time"
+    return [(label, lambda: warm_up(work, worker_args, deadline.left() - 1.0, processes))]
+
+
 def correctness_items(s: Settings, deadline: Deadline) -> list:
     return [(name, lambda name=name: check_preset(name, s.device, s.input_size(name))) for name in s.correctness_presets]
 
@@ -227,6 +244,16 @@ def fmt_error(value: float) -> str:
 
 def fmt_number(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def render_compiling(section: Section, s: Settings) -> list[str]:
+    rows = [r for r in section.rows if isinstance(r, WarmResult)]
+    lines = [("Each worker process runs one case of one preset once on `auto` (ppma/bench/gpu/warm_up.py: the passes "
+              "the sections below check and time), so that Triton's on-disk cache holds their kernels: compiled "
+              "in parallel, one process a CPU core, instead of one after another in the sections."), "",
+             "| preset | case | s | status |", "|---|---|---:|---|"]
+    lines += [f"| {r.preset} | {r.case} | {r.seconds:.0f} | {r.status} |" for r in rows]
+    return lines + ["", f"{sum(r.status == 'done' for r in rows)} of {len(rows)} workers done."]
 
 
 def render_correctness(section: Section, s: Settings) -> list[str]:
@@ -311,6 +338,7 @@ class SectionKind:
 
 
 SECTIONS = {
+    "compiling": SectionKind(2.5, compiling_items, render_compiling),
     "correctness": SectionKind(3.5, correctness_items, render_correctness),
     "kernel tables": SectionKind(3.0, kernel_table_items, render_kernel_tables),
     "whole models": SectionKind(2.5, model_items, render_models),

@@ -64,7 +64,7 @@ class BenchResult:
     seconds: float
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen) -> None:
     """Kill the script and whatever it started (its compile workers)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
@@ -86,11 +86,11 @@ def run_bench(bench: Bench, device: torch.device, quick: bool, seconds: float) -
         stdout, stderr = process.communicate(timeout=max(seconds, 0.1))
         returncode = process.returncode
     except subprocess.TimeoutExpired:
-        _kill_group(process)
+        kill_group(process)
         stdout, stderr = process.communicate()  # what it printed before the limit
         returncode = None
     except BaseException:  # the section's own time limit, or an interrupt: leave no process behind
-        _kill_group(process)
+        kill_group(process)
         process.wait()
         raise
     tail = "\n".join(stderr.decode(errors="replace").strip().splitlines()[-15:])
