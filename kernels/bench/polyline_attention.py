@@ -4,7 +4,8 @@ FlexAttention, with unmasked flash attention (``F.scaled_dot_product_attention``
 A script (not installed with ``ppma.kernels``). For every shape (8 heads of 32 channels by
 default) and dtype, forward and forward+backward: median time, peak memory beyond the inputs,
 attention TFLOP/s (``QK^T`` and ``PV``, two FLOPs per multiply-add as flash-attention papers
-count, the backward as 2.5 forwards) and the speed relative to the unmasked SDPA floor. Then the
+count, the backward as 2.5 forwards), the speed relative to the unmasked SDPA floor, and the error
+against the fp32 reference on the same inputs (:func:`reference_outcome`). Then the
 recompilation check: the kernels on 20 grid sizes and batch sizes, with the number of compiled
 variants before and after (CUDA only; the interpreter compiles nothing).
 
@@ -13,7 +14,8 @@ variants before and after (CUDA only; the interpreter compiles nothing).
     TRITON_INTERPRET=1 python kernels/bench/polyline_attention.py --quick --device cpu
 
 ``--quick`` runs reduced shapes (the CPU smoke test: Triton then runs in its interpreter, so its
-CPU times say nothing about GPU speed; FlexAttention has no CPU backward). Whole models:
+CPU times say nothing about GPU speed, nor its bf16 errors: the interpreter has no bf16
+arithmetic; FlexAttention has no CPU backward). Whole models:
 ``tools/benchmark.py --model``.
 
 Before the timings, the cost model of the vanilla kernels per shape (:func:`vanilla_model`):
@@ -33,6 +35,7 @@ import random
 import torch
 import torch.nn.functional as F
 
+from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.ops import polyline_attention, polyline_attention_reference
@@ -153,8 +156,19 @@ def skip_reason(impl, shape, device, backward, kind, mem_limit):
     return None
 
 
-def run_case(impl, shape, dtype, device, backward, kind, form, warmup, repeat, mem_limit):
-    """One table row as a dict (``time_ms`` absent with a ``note`` when skipped)."""
+def reference_outcome(shape, dtype, device, backward, kind, form, mem_limit):
+    """The fp32 reference's output (and every gradient) on the inputs of a row (None where its
+    dense masks do not fit)."""
+    if skip_reason("torch", shape, device, backward, kind, mem_limit):
+        return None
+    inputs, grad = make_inputs(shape, dtype, device, backward)
+    return outcome(attend("torch", kind, form, device), fp32_copies(inputs), grad.float(), backward)
+
+
+def run_case(impl, shape, dtype, device, backward, kind, form, warmup, repeat, mem_limit, want):
+    """One table row as a dict (``time_ms`` absent with a ``note`` when skipped); ``error``: its
+    output's and gradients' relative error against ``want`` (:func:`reference_outcome`) when given
+    (never for the unmasked SDPA floor)."""
     reason = skip_reason(impl, shape, device, backward, kind, mem_limit)
     if reason:
         return {"note": reason}
@@ -172,7 +186,10 @@ def run_case(impl, shape, dtype, device, backward, kind, form, warmup, repeat, m
         peak = peak_memory(step, device)
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
-    return {"time_ms": seconds * 1e3, "peak": peak, "tflops": attention_flops(shape, backward) / seconds / 1e12}
+    row = {"time_ms": seconds * 1e3, "peak": peak, "tflops": attention_flops(shape, backward) / seconds / 1e12}
+    if want is not None and impl != "sdpa":
+        row["error"] = relative_error(outcome(fn, inputs, grad, backward), want)
+    return row
 
 
 def count_variants(kernels, device) -> int:
@@ -227,24 +244,27 @@ def main(argv=None):
     if args.kind == "vanilla":
         print(f"## cost model of the vanilla kernels ({args.form}, {args.dtypes[0]}, 64-token tiles)\n")
         print_model(shapes, args.form, DTYPES[args.dtypes[0]])
-    print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |"
+          " error vs fp32 |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:
         for dname in args.dtypes:
             for backward in (False, True):
+                want = reference_outcome(shape, DTYPES[dname], device, backward, args.kind, args.form, mem_limit)
                 rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, args.kind, args.form, warmup,
-                                       repeat, mem_limit) for impl in args.impls}
+                                       repeat, mem_limit, want) for impl in args.impls}
                 ref_ms = rows.get("torch", {}).get("time_ms")
                 floor_ms = rows.get("sdpa", {}).get("time_ms")
                 for impl, row in rows.items():
                     head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
                     if "time_ms" not in row:
-                        print(f"{head} {row['note']} | | | | |")
+                        print(f"{head} {row['note']} | | | | | |")
                         continue
                     vs_ref = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
                     vs_floor = f"{floor_ms / row['time_ms']:.3g}x" if floor_ms else "n/a"
+                    error = f"{row['error']:.1e}" if "error" in row else "n/a"
                     print(f"{head} {row['time_ms']:.4g} | {row['peak'] / 2**20:.1f} | {row['tflops']:.3g} |"
-                          f" {vs_ref} | {vs_floor} |")
+                          f" {vs_ref} | {vs_floor} | {error} |")
     if device.type == "cuda":
         first, last, buckets = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
         print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all,"

@@ -5,7 +5,8 @@ A script (not installed with ``ppma.kernels``): it compares the kernel with the 
 
 For every shape and dtype, forward and forward+backward (``order='both'``): median time, achieved
 bandwidth over the bytes that must move, as a fraction of the measured device-to-device copy
-bandwidth, peak memory beyond the inputs, and the speed-up over the PyTorch reference.
+bandwidth, peak memory beyond the inputs, the speed-up over the PyTorch reference, and the
+relative error of the output and every gradient against the fp32 reference on the same inputs.
 
 Bytes that must move: forward reads ``x`` and the decays and writes ``y``; forward+backward adds
 reading ``dy`` and ``x`` (and the decays again), writing ``dx`` and the decay gradients.
@@ -24,7 +25,8 @@ kernel on ``dy`` (``dx``) and the decay-gradient kernel.
     TRITON_INTERPRET=1 python kernels/bench/polyline_scan.py --quick --device cpu --threads 1
 
 ``--quick`` runs reduced shapes (the CPU smoke test; Triton then runs in its interpreter, so its
-CPU times say nothing about GPU speed).
+CPU times say nothing about GPU speed, nor its bf16 errors: the interpreter has no bf16
+arithmetic).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import platform
 
 import torch
 
+from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memory
 from ppma.kernels.polyline_scan import plane_scan
@@ -110,8 +113,17 @@ def mask_bytes(shape):
     return shape[0] * shape[1] * math.prod(shape[2:-1]) ** 2 * 4
 
 
-def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
-    """One table row as a dict (``time_ms`` None with a ``note`` when skipped)."""
+def reference_outcome(shape, dtype, device, backward):
+    """The fp32 reference's output (and every gradient) on the inputs of a row."""
+    inputs, grad = make_inputs(shape, dtype, device, backward)
+    x, log_alpha, log_beta, *log_gamma = fp32_copies(inputs)
+    return outcome(lambda *ts: polyline_scan_reference(*ts[:3], "both", *ts[3:]), [x, log_alpha, log_beta, *log_gamma],
+                   grad.float(), backward)
+
+
+def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit, want):
+    """One table row as a dict (``time_ms`` None with a ``note`` when skipped); ``error``: its
+    output's and gradients' relative error against ``want`` (:func:`reference_outcome`)."""
     if impl == "mask" and mask_bytes(shape) * (3 if backward else 1) > mask_limit:
         return {"note": f"skipped: mask needs {mask_bytes(shape) / 2**30:.1f} GiB"}
     if impl == "triton" and triton_unavailable_reason(device) is not None:
@@ -119,7 +131,8 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
     inputs, grad = make_inputs(shape, dtype, device, backward)
     x, log_alpha, log_beta, *log_gamma = inputs
 
-    def scan():
+    def scan(*tensors):
+        x, log_alpha, log_beta, *log_gamma = tensors or inputs
         return IMPLS[impl](x, log_alpha, log_beta, "both", *log_gamma)
 
     if backward:
@@ -135,7 +148,8 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit):
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
     minimum = must_move(x, len(inputs) - 1, backward)
-    row = {"time_ms": seconds * 1e3, "gbps": minimum / seconds / 1e9, "peak": peak}
+    row = {"time_ms": seconds * 1e3, "gbps": minimum / seconds / 1e9, "peak": peak,
+           "error": relative_error(outcome(scan, inputs, grad, backward), want)}
     if impl == "triton" and plane_scan.fits(shape[-2], shape[2] if len(shape) == 6 else 1):
         row["model"] = kernel_bytes(shape, x.element_size(), backward) / minimum
     return row
@@ -167,24 +181,25 @@ def main(argv=None):
     print(f"# polyline_scan benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# order='both'; copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
     print("| shape (B, heads, [T,] H, W, C) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB | vs torch |"
-          " model |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+          " model | error vs fp32 |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:
         for dname in args.dtypes:
             for backward in (False, True):
-                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, warmup, repeat, mask_limit)
+                want = reference_outcome(shape, DTYPES[dname], device, backward)
+                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, warmup, repeat, mask_limit, want)
                         for impl in args.impls}
                 ref_ms = rows.get("torch", {}).get("time_ms")
                 for impl, row in rows.items():
                     head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
                     if "time_ms" not in row:
-                        print(f"{head} {row['note']} | | | | | |")
+                        print(f"{head} {row['note']} | | | | | | |")
                         continue
                     peak = f"{row['peak'] / 2**20:.1f}"
                     speedup = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
                     model = f"{row['model']:.2f}x" if "model" in row else ""
                     print(f"{head} {row['time_ms']:.4g} | {row['gbps']:.3g} | {100 * row['gbps'] * 1e9 / copy_bw:.3g} |"
-                          f" {peak} | {speedup} | {model} |")
+                          f" {peak} | {speedup} | {model} | {row['error']:.1e} |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 For the shapes VMamba-T and Vim-T meet, forward and forward+backward: median time, achieved
 bandwidth over the bytes that must move, as a fraction of the measured copy bandwidth, peak
-memory beyond the inputs, and the speed-up over the sequential reference.
+memory beyond the inputs, the speed-up over the sequential reference, and the relative error of
+the output and every gradient against the fp32 sequential reference on the same inputs.
 
 The bytes model (:func:`ppma.kernels.selective_scan.scan.modelled_bytes`): the minimum any
 implementation must move (forward: read ``u``, ``delta``, ``B``, ``C``, ``z``, write ``y``;
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import platform
 
 import torch
 
+from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.kernels.common.timing import copy_bandwidth, median_seconds, peak_memory
 from ppma.kernels.selective_scan.scan import modelled_bytes
@@ -70,17 +73,31 @@ def bytes_model(shape, dtype, backward) -> dict[str, int]:
                           backward)
 
 
-def run_case(impl, shape, dtype, device, backward, warmup, repeat):
-    """One table row as a dict (``time_ms`` None with a ``note`` when skipped)."""
-    if impl == "triton" and (device.type != "cuda" or triton_unavailable_reason(device) is not None):
-        return {"note": "skipped: needs a CUDA GPU"}
+def make_inputs(shape, dtype, device, backward):
+    """The arguments (:data:`NAMES`' order, None where a shape's options leave one out), seeded,
+    requiring grad with ``backward``, and an output gradient."""
     batch, groups, per_route, n_state, length, options = shape
     torch.manual_seed(0)
     inputs = random_inputs(batch, groups * per_route, n_state, length, groups, dtype, device, **options)
-    args = [inputs[k] for k in NAMES]
-    leaves = [a.requires_grad_(backward) for a in args if a is not None]
-    grad = torch.randn(batch, groups * per_route, length, device=device).to(dtype)
-    fn, softplus = IMPLS[impl], options["delta_softplus"]
+    args = [inputs[k] if inputs[k] is None else inputs[k].requires_grad_(backward) for k in NAMES]
+    return args, torch.randn(batch, groups * per_route, length, device=device).to(dtype)
+
+
+def reference_outcome(shape, dtype, device, backward):
+    """The fp32 reference's output (and every gradient) on the inputs of a row."""
+    args, grad = make_inputs(shape, dtype, device, backward)
+    fn = functools.partial(_reference, delta_softplus=shape[-1]["delta_softplus"])
+    return outcome(fn, fp32_copies(args), grad.float(), backward)
+
+
+def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
+    """One table row as a dict (``time_ms`` None with a ``note`` when skipped); ``error``: its
+    output's and gradients' relative error against ``want`` (:func:`reference_outcome`)."""
+    if impl == "triton" and (device.type != "cuda" or triton_unavailable_reason(device) is not None):
+        return {"note": "skipped: needs a CUDA GPU"}
+    args, grad = make_inputs(shape, dtype, device, backward)
+    leaves = [a for a in args if a is not None]
+    fn, softplus = IMPLS[impl], shape[-1]["delta_softplus"]
     if backward:
         def step():
             torch.autograd.grad(fn(*args, delta_softplus=softplus), leaves, grad)
@@ -94,7 +111,8 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat):
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
     moved = bytes_model(shape, dtype, backward)["minimum"]
-    return {"time_ms": seconds * 1e3, "gbps": moved / seconds / 1e9, "peak": peak}
+    error = relative_error(outcome(functools.partial(fn, delta_softplus=softplus), args, grad, backward), want)
+    return {"time_ms": seconds * 1e3, "gbps": moved / seconds / 1e9, "peak": peak, "error": error}
 
 
 def print_model(shapes, dtypes):
@@ -141,14 +159,15 @@ def main(argv=None):
     print(f"# selective_scan benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
     print("| shape | (batch, dim, N, L, G) | dtype | pass | impl | time (ms) | GB/s | % copy BW | peak MiB |"
-          " vs reference | modelled bytes / minimum |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+          " vs reference | modelled bytes / minimum | error vs fp32 |")
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, shape in shapes.items():
         batch, groups, per_route, n_state, length, _ = shape
         dims = (batch, groups * per_route, n_state, length, groups)
         for dname in dtypes:
             for backward in (False, True):
-                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, warmup, repeat)
+                want = reference_outcome(shape, DTYPES[dname], device, backward)
+                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, warmup, repeat, want)
                         for impl in args.impls}
                 ref_ms = rows.get("reference", {}).get("time_ms")
                 model = bytes_model(shape, DTYPES[dname], backward)
@@ -156,11 +175,11 @@ def main(argv=None):
                     head = f"| {label} | {dims} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
                     ratio = f"{model[impl] / model['minimum']:.3f}" if impl in model else "not modelled"
                     if "time_ms" not in row:
-                        print(f"{head} {row['note']} | | | | | {ratio} |", flush=True)
+                        print(f"{head} {row['note']} | | | | | {ratio} | |", flush=True)
                         continue
                     speedup = f"{ref_ms / row['time_ms']:.3g}x" if ref_ms else "n/a"
                     print(f"{head} {row['time_ms']:.4g} | {row['gbps']:.3g} | {100 * row['gbps'] * 1e9 / copy_bw:.3g} |"
-                          f" {row['peak'] / 2**20:.1f} | {speedup} | {ratio} |", flush=True)
+                          f" {row['peak'] / 2**20:.1f} | {speedup} | {ratio} | {row['error']:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

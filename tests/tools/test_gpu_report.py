@@ -77,7 +77,9 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
     commands = re.findall(r"^### `kernels/bench/(\S+) --device cpu .*`\n\n\d+ s, exit 0\.$", kernels, re.MULTILINE)
     assert commands == [b.script for b in kernel_tables.BENCHES if b.quick is not None] == [
         "polyline_scan.py", "polyline_attention.py"], kernels
-    assert len(re.findall(r"^\| .* \| [\d.]+ \|", kernels, re.MULTILINE)) >= len(commands)  # timed rows in the tables
+    errors = re.findall(r"^\| .* \| (torch|mask|flex) \| [\d.e+-]+ \|.* \| ([\d.e+-]+) \|$", kernels, re.MULTILINE)
+    assert len(errors) >= 2 * len(commands) and {impl for impl, _ in errors} == {"torch", "mask", "flex"}, kernels
+    assert all(float(e) <= 1e-5 for _, e in errors), errors  # against the fp32 reference, in the same run
     assert all(r[3] == "complete" for r in table(text, "## Time per section"))
 
 

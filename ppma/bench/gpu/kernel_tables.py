@@ -35,12 +35,13 @@ class Bench:
         return self.quick if quick else self.full
 
 
-# quick: two scripts, their reduced shapes, the PyTorch columns only (the Triton interpreter's
-# times say nothing, and the kernel tests cover it), one repeat.
-QUICK = ("--repeat", "1", "--impls", "torch", "--dtypes", "fp32")
+# quick: two scripts, their reduced shapes, fp32, one repeat, the PyTorch columns only (the
+# Triton interpreter's times say nothing, and the kernel tests cover it): the reference and one
+# other form, whose error column the test reads.
+QUICK = ("--quick", "--repeat", "1", "--dtypes", "fp32", "--impls", "torch")
 BENCHES = (
-    Bench("polyline_scan.py", ("--repeat", "5", "--dtypes", "bf16"), ("--quick", *QUICK)),
-    Bench("polyline_attention.py", ("--repeat", "5"), ("--quick", *QUICK)),
+    Bench("polyline_scan.py", ("--repeat", "5", "--dtypes", "bf16"), (*QUICK, "mask")),
+    Bench("polyline_attention.py", ("--repeat", "5"), (*QUICK, "flex")),
     Bench("polyline_attention.py", ("--repeat", "5", "--kind", "criss_cross"), None),
     Bench("selective_scan.py", ("--repeat", "5"), None),
     Bench("polyline_linear_attention.py", ("--repeat", "3", "--op"), None),
