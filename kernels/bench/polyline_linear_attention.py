@@ -23,7 +23,7 @@ First, the cost model of the strip kernels' forward (:func:`strip_model`) at PPM
 tensor-core FLOPs against the op's FLOP formula (the O(N) scan form, the registry's count), and
 bytes: unique (each tensor through DRAM once) and requested (every tile's loads, the L2's load)
 against the bytes that must move. Then the op's forward and forward + backward per stage for each
-path (``--op``, CUDA). Then a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
+path, with its error against the fp32 reference on the same inputs (``--op``, CUDA). Then a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
 ``--batch``, bf16 inputs): the bytes that must move (read ``q``, ``k``, ``v`` and the two decays,
 write the output) against what the chunked path moves. It forms the ``d * (dv + 1)`` state
 channels of every token in fp32 (written once), scans them with the fused 2-D polyline-scan
@@ -53,6 +53,7 @@ import torch
 
 import ppma  # noqa: F401  (registers the models)
 import ppma.layers.polyline_attention as layer
+from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.kernels.polyline_linear_attention import tiled as strip_kernels
 from ppma.ops import polyline_linear_attention
@@ -156,13 +157,21 @@ OP_PATHS = {
 
 
 def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -> list[str]:
-    """Markdown rows: per stage and path, the op's forward and forward + backward (ms)."""
-    rows = ["| stage (B, heads, H, W, d) | path | forward (ms) | forward + backward (ms) |", "|---|---|---:|---:|"]
+    """Markdown rows: per stage and path, the op's forward and forward + backward (ms), and the
+    error of its output and every gradient against the fp32 reference on the same inputs (none
+    where the reference's per-token states do not fit)."""
+    rows = ["| stage (B, heads, H, W, d) | path | forward (ms) | forward + backward (ms) | error vs fp32 |",
+            "|---|---|---:|---:|---:|"]
     for heads, hh, ww, d in STAGES:
         q, k = (torch.rand(batch, heads, hh, ww, d, device=device, dtype=dtype) for _ in range(2))
         v = torch.randn(batch, heads, hh, ww, d, device=device, dtype=dtype)
         decays = [-torch.rand(batch, heads, hh, ww, device=device) for _ in range(2)]
         inputs = [t.requires_grad_() for t in (q, k, v, *decays)]
+        grad = torch.randn(v.shape, device=device)
+        try:
+            want = outcome(polyline_linear_attention_reference, fp32_copies(inputs), grad, True)
+        except torch.OutOfMemoryError:
+            want = None
         for label, path in OP_PATHS.items():
             def forward(path=path, inputs=inputs):
                 with torch.no_grad():
@@ -173,9 +182,10 @@ def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -
 
             try:
                 times = [median_seconds(fn, device, 1, repeat) * 1e3 for fn in (forward, step)]
-                rows.append(f"| {(batch, heads, hh, ww, d)} | {label} | {times[0]:.2f} | {times[1]:.2f} |")
+                error = "n/a" if want is None else f"{relative_error(outcome(path, inputs, grad, True), want):.1e}"
+                rows.append(f"| {(batch, heads, hh, ww, d)} | {label} | {times[0]:.2f} | {times[1]:.2f} | {error} |")
             except torch.OutOfMemoryError:
-                rows.append(f"| {(batch, heads, hh, ww, d)} | {label} | out of memory | |")
+                rows.append(f"| {(batch, heads, hh, ww, d)} | {label} | out of memory | | |")
     return rows
 
 
