@@ -42,6 +42,11 @@ def _chunks(bh: int, n: int, d: int, dv1: int, budget: int):
     return [(slice(r, r + rows), features) for r in range(0, bh, rows)]
 
 
+def output_from_numerator(num: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """``out = num'[..., :dv] / (num'[..., dv] + eps)`` in ``dtype``, for ``num'`` ``(..., dv + 1)``."""
+    return (num[..., :-1] / (num[..., -1:] + eps)).to(dtype)
+
+
 def _state(k: torch.Tensor, vp: torch.Tensor, rows: slice, features: slice) -> torch.Tensor:
     """State channels ``k_i v'`` of one chunk: ``(rows, *grid, c * (dv + 1))``."""
     return (k[rows, ..., features, None] * vp[rows, ..., None, :]).flatten(-2)
@@ -147,7 +152,7 @@ def _forward(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan):
         for features in feature_chunks:
             for y in _paths(scan, _state(k, vp, rows, features), factors):
                 num[rows] += _contract(q[rows, ..., features], y)
-    return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype), num
+    return output_from_numerator(num, eps, v.dtype), num
 
 
 def _backward(grad, num, q_in, k_in, v_in, log_alpha, log_beta, log_gamma, eps, budget, scan):

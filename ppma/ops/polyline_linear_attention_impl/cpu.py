@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from .._scratch import scratch
 from ..polyline_attention_impl.reference import _at_least_fp32
 from ..registry import Impl
-from .chunked import _chunks, _with_ones, chunked_backward, numerator_fake
+from .chunked import _chunks, _with_ones, chunked_backward, numerator_fake, output_from_numerator
 
 # Lines up to this many tokens are one block (one n x n matmul a line).
 WHOLE_LINE = 16
@@ -299,8 +299,8 @@ def numerator(q, k, v, log_alpha, log_beta, log_gamma=None, budget=CHUNK_ELEMENT
 
 
 def _output(num: torch.Tensor, v: torch.Tensor, eps: float) -> torch.Tensor:
-    """``out`` ``(B, heads, *grid, dv)`` in ``v``'s dtype from ``num'``."""
-    return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype).unflatten(0, v.shape[:2])
+    """``out`` ``(B, heads, *grid, dv)`` in ``v``'s dtype from ``num'`` ``(B * heads, *grid, dv + 1)``."""
+    return output_from_numerator(num, eps, v.dtype).unflatten(0, v.shape[:2])
 
 
 def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS,

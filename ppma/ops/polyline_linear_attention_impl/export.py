@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ..polyline_attention_impl.reference import _at_least_fp32
 from ..polyline_scan_impl.export import polyline_scan_export
+from .chunked import output_from_numerator
 
 
 def polyline_linear_attention_export(
@@ -28,4 +29,4 @@ def polyline_linear_attention_export(
     state = (k.unsqueeze(-1) * v_ones.unsqueeze(-2)).flatten(-2)  # (..., d * (dv + 1))
     state = polyline_scan_export(state, log_alpha, log_beta, "both", log_gamma).unflatten(-1, (k.shape[-1], -1))
     num = torch.einsum("...d,...de->...e", q, state)
-    return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype)
+    return output_from_numerator(num, eps, v.dtype)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ..polyline_attention_impl.reference import _at_least_fp32
 from ..polyline_mask_impl.reference import log_mask_1d
-from .chunked import _with_ones
+from .chunked import _with_ones, output_from_numerator
 
 # Tokens of one strip: ``max(1, TOKENS_PER_STRIP // W)`` rows.
 TOKENS_PER_STRIP = 128
@@ -102,4 +102,4 @@ def polyline_linear_attention_tiled(
 
     v2h = t(_h2v_numerator(t(q), t(k), t(vp), t(log_beta), t(log_alpha), rows or max(1, TOKENS_PER_STRIP // height)))
     num = h2v + v2h
-    return (num[..., :-1] / (num[..., -1:] + eps)).to(v.dtype).unflatten(0, v.shape[:2])
+    return output_from_numerator(num, eps, v.dtype).unflatten(0, v.shape[:2])
