@@ -226,12 +226,17 @@ def test_a_bench_script_stopped_at_its_limit_keeps_its_output(tmp_path, monkeypa
 
 
 def test_warm_up_tasks_put_the_shared_kernels_first():
-    tasks = warm_up.tasks(("a", "b"), ("t",), quick=False)
-    pairs = [(t.preset, t.case) for t in tasks]
-    assert pairs[:6] == [("a", "fp32"), ("b", "fp32"), ("a", "bf16"), ("b", "bf16"), ("a", "fp16"), ("b", "fp16")]
-    assert len(set(pairs)) == len(pairs) == 2 * 6 + 4  # the tiny presets' six cases, t's four
+    tasks = warm_up.tasks(("a", "b"), ("t",), ("s.py --x",), quick=False)
+    pairs = [(t.name, t.case) for t in tasks]
+    assert pairs[:7] == [("a", "fp32"), ("b", "fp32"), ("a", "bf16"), ("b", "bf16"), ("a", "fp16"), ("b", "fp16"),
+                         ("s.py --x", "script")]
+    assert len(set(pairs)) == len(pairs) == 2 * 6 + 4 + 1  # the tiny presets' six cases, t's four, the script
     assert {c for p, c in pairs if p == "t"} == {"fp32", "bf16", "fp16", "odd"}
-    assert [(t.preset, t.case) for t in warm_up.tasks(("a",), ("t",), quick=True)] == [("a", "fp32")]
+    assert [(t.name, t.case) for t in warm_up.tasks(("a",), ("t",), ("s.py",), quick=True)] == [("a", "fp32")]
+    bench = kernel_tables.BENCHES[0]
+    command = kernel_tables.warm_command(bench, torch.device("cuda"))
+    assert command[1].endswith(f"kernels/bench/{bench.script}") and command[2:4] == ["--device", "cuda"]
+    assert command[command.index("--repeat") + 1] == "1" and len(command) == 4 + len(bench.full)
 
 
 def test_warm_up_workers_report_failures_and_are_killed_at_the_limit():
@@ -240,13 +245,13 @@ def test_warm_up_workers_report_failures_and_are_killed_at_the_limit():
     tasks = [warm_up.WarmTask("no_such_preset", "fp32"), warm_up.WarmTask("test_ppma", "speed"),
              warm_up.WarmTask("test_ppma", "fp16")]
     args = ["--device", "cpu", "--size", "32", "32", "--infer-batch", "1", "--train-batch", "1"]
-    results = warm_up.warm_up(tasks[:1], lambda task: args, 120, 1)
-    assert [(r.preset, r.case) for r in results] == [("no_such_preset", "fp32")]
+    results = warm_up.warm_up(tasks[:1], lambda task: warm_up.worker_command(task, args), 120, 1)
+    assert [(r.name, r.case) for r in results] == [("no_such_preset", "fp32")]
     assert results[0].status.startswith("failed: ") and "no_such_preset" in results[0].status
     start = time.monotonic()
-    results = warm_up.warm_up(tasks[1:], lambda task: args, 0.5, 1)
+    results = warm_up.warm_up(tasks[1:], lambda task: warm_up.worker_command(task, args), 0.5, 1)
     assert time.monotonic() - start < 10
-    assert [(r.preset, r.case, r.status) for r in results] == [("test_ppma", "speed", "killed at the section's limit")]
+    assert [(r.name, r.case, r.status) for r in results] == [("test_ppma", "speed", "killed at the section's limit")]
 
 
 def test_warm_up_worker_runs_each_case(monkeypatch):

@@ -42,7 +42,7 @@ import torch
 
 from .budget import Budget, Deadline, SectionTimeout
 from .correctness import Row, check_preset
-from .kernel_tables import BENCHES, Bench, BenchResult, run_bench
+from .kernel_tables import BENCHES, Bench, BenchResult, run_bench, warm_command
 from .official import Official, official_models
 from .step_profile import StepProfile, profile_step
 from .throughput import (
@@ -53,7 +53,7 @@ from .throughput import (
     model_speed,
     training_step,
 )
-from .warm_up import WarmResult, WarmTask, parallel_processes, tasks, warm_up
+from .warm_up import WarmResult, WarmTask, parallel_processes, tasks, warm_up, worker_command
 
 TINY_PRESETS = ("ppma_tiny", "vmamba_tiny", "vim_tiny", "mila_tiny", "ppma_linear_tiny")
 # quick mode (a test in the default run, on two CPU cores): the test presets with the most kernels
@@ -167,16 +167,19 @@ def run_items(section: Section, items: list[tuple[str, Callable[[], object]]], d
 
 def compiling_items(s: Settings, deadline: Deadline) -> list:
     others = tuple(p for p in s.correctness_presets if p not in s.presets)
-    work = tasks(s.presets, others, s.quick)
+    scripts = {b.label(False): b for b in s.benches}
+    work = tasks(s.presets, others, tuple(scripts), s.quick)
 
-    def worker_args(task: WarmTask) -> list[str]:
-        return ["--device", s.device.type, "--size", *map(str, s.input_size(task.preset)),
-                "--infer-batch", str(s.infer_batch), "--train-batch", str(s.train_batch),
-                "--backbone-sizes", *map(str, s.backbone_sizes)]
+    def command(task: WarmTask) -> list[str]:
+        if task.case == "script":
+            return warm_command(scripts[task.name], s.device)
+        return worker_command(task, ["--device", s.device.type, "--size", *map(str, s.input_size(task.name)),
+                                     "--infer-batch", str(s.infer_batch), "--train-batch", str(s.train_batch),
+                                     "--backbone-sizes", *map(str, s.backbone_sizes)])
 
     processes = parallel_processes(s.device, len(work))
     label = f"{len(work)} worker processes, {processes} at a time"
-    return [(label, lambda: warm_up(work, worker_args, deadline.left() - 1.0, processes))]
+    return [(label, lambda: warm_up(work, command, deadline.left() - 1.0, processes))]
 
 
 def correctness_items(s: Settings, deadline: Deadline) -> list:
@@ -185,7 +188,7 @@ def correctness_items(s: Settings, deadline: Deadline) -> list:
 
 def kernel_table_items(s: Settings, deadline: Deadline) -> list:
     shares = Budget(max(deadline.left(), 1e-3), {str(i): 1.0 for i in range(len(s.benches))})
-    return [(f"kernels/bench/{b.script} {' '.join(b.args(s.quick))}",
+    return [(b.label(s.quick),
              lambda i=i, b=b: run_bench(b, s.device, s.quick, shares.share(str(i)))) for i, b in enumerate(s.benches)]
 
 
@@ -249,10 +252,11 @@ def fmt_number(value: float) -> str:
 def render_compiling(section: Section, s: Settings) -> list[str]:
     rows = [r for r in section.rows if isinstance(r, WarmResult)]
     lines = [("Each worker process runs one case of one preset once on `auto` (ppma/bench/gpu/warm_up.py: the passes "
-              "the sections below check and time), so that Triton's on-disk cache holds their kernels: compiled "
-              "in parallel, one process a CPU core, instead of one after another in the sections."), "",
-             "| preset | case | s | status |", "|---|---|---:|---|"]
-    lines += [f"| {r.preset} | {r.case} | {r.seconds:.0f} | {r.status} |" for r in rows]
+              "the sections below check and time), or one kernel script with one timed run, so that Triton's "
+              "on-disk cache holds their kernels: compiled in parallel, one process a CPU core, instead of one "
+              "after another in the sections."), "",
+             "| preset or script | case | s | status |", "|---|---|---:|---|"]
+    lines += [f"| {r.name} | {r.case} | {r.seconds:.0f} | {r.status} |" for r in rows]
     return lines + ["", f"{sum(r.status == 'done' for r in rows)} of {len(rows)} workers done."]
 
 

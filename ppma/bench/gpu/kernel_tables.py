@@ -34,6 +34,17 @@ class Bench:
             raise ValueError(f"kernels/bench/{self.script} {' '.join(self.full)} runs in full mode only")
         return self.quick if quick else self.full
 
+    def label(self, quick: bool) -> str:
+        return " ".join([f"kernels/bench/{self.script}", *self.args(quick)])
+
+
+def warm_command(bench: Bench, device: torch.device) -> list[str]:
+    """``bench`` in full mode with one timed run (``--repeat 1``): what the compiling section runs
+    so that the script's kernels are compiled before the kernel tables time them."""
+    args = list(bench.full)
+    args[args.index("--repeat") + 1] = "1"
+    return [sys.executable, str(bench_dir() / bench.script), "--device", device.type, *args]
+
 
 # quick: two scripts, their reduced shapes, fp32, one repeat, the PyTorch columns only (the
 # Triton interpreter's times say nothing, and the kernel tests cover it): the reference and one

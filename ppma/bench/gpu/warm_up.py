@@ -5,9 +5,10 @@ configuration its autotuner keeps, one after another on one CPU core (seconds ea
 H100 with Triton 3.6 the correctness section spent its 100 s on ``ppma_tiny``'s first three
 cases and every later section stopped at its limit while compiling. Compiling is CPU work and
 Triton keeps what it compiles in an on-disk cache that every process shares, so this section runs
-the later sections' passes once each, one (preset, :data:`CASES` entry) a process, as many
-processes at a time as the machine's cores and the GPU's memory allow. The sections then load
-compiled kernels; their autotuners still time the configurations in the report's own process.
+the later sections' passes once each, one (preset, :data:`CASES` entry) a process, and each kernel
+script of the kernel tables once with one timed run, as many processes at a time as the machine's
+cores and the GPU's memory allow. The sections then load compiled kernels; their autotuners
+still time the configurations in the report's own process.
 At the section's limit the processes still running are killed; what they compiled stays cached.
 
 A worker process (what :func:`warm_up` starts)::
@@ -47,9 +48,9 @@ GIB_PER_PROCESS = 4  # GPU memory a worker may need (a training step of a tiny p
 
 @dataclass(frozen=True)
 class WarmTask:
-    """One worker: a preset and a case of :data:`CASES`."""
+    """One worker: a preset and a case of :data:`CASES`, or a kernel script (case ``'script'``)."""
 
-    preset: str
+    name: str
     case: str
 
 
@@ -58,20 +59,20 @@ class WarmResult:
     """How a worker ended: ``'done'``, ``'failed: <its last error line>'`` or ``'killed at the
     section's limit'``; its seconds."""
 
-    preset: str
+    name: str
     case: str
     seconds: float
     status: str
 
 
-def tasks(tiny: tuple[str, ...], others: tuple[str, ...], quick: bool) -> list[WarmTask]:
+def tasks(tiny: tuple[str, ...], others: tuple[str, ...], scripts: tuple[str, ...], quick: bool) -> list[WarmTask]:
     """The workers, those whose kernels the most later work shares first: the ``tiny`` presets'
-    fp32, bf16 and fp16 passes, their speed and backbone runs, every preset's odd size, then the
-    ``others``' (``test_*``) passes, which mostly find their kernels compiled. Quick mode (the CPU
-    test): each preset's fp32 pass."""
+    fp32, bf16 and fp16 passes, the kernel ``scripts``, the tiny presets' speed and backbone runs,
+    every preset's odd size, then the ``others``' (``test_*``) passes, which mostly find their
+    kernels compiled. Quick mode (the CPU test): each preset's fp32 pass."""
     if quick:
         return [WarmTask(p, "fp32") for p in tiny]
-    first = [WarmTask(p, c) for c in ("fp32", "bf16", "fp16") for p in tiny]
+    first = [WarmTask(p, c) for c in ("fp32", "bf16", "fp16") for p in tiny] + [WarmTask(s, "script") for s in scripts]
     return (first + [WarmTask(p, c) for c in ("speed", "backbone") for p in tiny]
             + [WarmTask(p, "odd") for p in tiny + others]
             + [WarmTask(p, c) for c in ("fp32", "bf16", "fp16") for p in others])
@@ -88,11 +89,15 @@ def parallel_processes(device: torch.device, count: int) -> int:
     return max(1, min(limit, count))
 
 
-def warm_up(work: list[WarmTask], worker_args: Callable[[WarmTask], list[str]], seconds: float,
+def worker_command(task: WarmTask, args: list[str]) -> list[str]:
+    """The command of a preset's worker: ``python -m ppma.bench.gpu.warm_up PRESET CASE *args``."""
+    return [sys.executable, "-m", __name__, task.name, task.case, *args]
+
+
+def warm_up(work: list[WarmTask], command: Callable[[WarmTask], list[str]], seconds: float,
             processes: int) -> list[WarmResult]:
-    """Run the workers of ``work`` (each ``python -m ppma.bench.gpu.warm_up PRESET CASE
-    *worker_args(task)``), ``processes`` at a time, for at most ``seconds``; returns one result per
-    task started, in ``work``'s order."""
+    """Run the workers of ``work`` (each ``command(task)``), ``processes`` at a time, for at most
+    ``seconds``; returns one result per task started, in ``work``'s order."""
     end = time.monotonic() + seconds
     pending, running, results = list(work), {}, {}
     with tempfile.TemporaryDirectory() as logs:
@@ -101,12 +106,12 @@ def warm_up(work: list[WarmTask], worker_args: Callable[[WarmTask], list[str]], 
                 while pending and len(running) < processes:
                     task = pending.pop(0)
                     log = open(os.path.join(logs, f"{len(results) + len(running)}.log"), "w+b")  # noqa: SIM115
-                    command = [sys.executable, "-m", __name__, task.preset, task.case, *worker_args(task)]
-                    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+                    process = subprocess.Popen(command(task), stdout=subprocess.DEVNULL, stderr=log,
+                                               start_new_session=True)
                     running[task] = (process, log, time.monotonic())
                 for task, (process, log, start) in list(running.items()):
                     if process.poll() is not None:
-                        results[task] = WarmResult(task.preset, task.case, time.monotonic() - start,
+                        results[task] = WarmResult(task.name, task.case, time.monotonic() - start,
                                                    "done" if process.returncode == 0 else f"failed: {last_line(log)}")
                         log.close()
                         del running[task]
@@ -116,7 +121,7 @@ def warm_up(work: list[WarmTask], worker_args: Callable[[WarmTask], list[str]], 
                 kill_group(process)
                 process.wait()
                 log.close()
-                results[task] = WarmResult(task.preset, task.case, time.monotonic() - start, "killed at the section's limit")
+                results[task] = WarmResult(task.name, task.case, time.monotonic() - start, "killed at the section's limit")
     return [results[t] for t in work if t in results]
 
 
