@@ -56,8 +56,8 @@ class WarmTask:
 
 @dataclass(frozen=True)
 class WarmResult:
-    """How a worker ended: ``'done'``, ``'failed: <its last error line>'`` or ``'killed at the
-    section's limit'``; its seconds."""
+    """How a worker ended: ``'done'``, ``'failed: <its last error line>'``, ``'killed at the
+    section's limit'`` or ``'not started'``; its seconds."""
 
     name: str
     case: str
@@ -97,7 +97,8 @@ def worker_command(task: WarmTask, args: list[str]) -> list[str]:
 def warm_up(work: list[WarmTask], command: Callable[[WarmTask], list[str]], seconds: float,
             processes: int) -> list[WarmResult]:
     """Run the workers of ``work`` (each ``command(task)``), ``processes`` at a time, for at most
-    ``seconds``; returns one result per task started, in ``work``'s order."""
+    ``seconds``; returns one result per task, in ``work``'s order (``'not started'`` for those the
+    limit came before)."""
     end = time.monotonic() + seconds
     pending, running, results = list(work), {}, {}
     with tempfile.TemporaryDirectory() as logs:
@@ -122,7 +123,7 @@ def warm_up(work: list[WarmTask], command: Callable[[WarmTask], list[str]], seco
                 process.wait()
                 log.close()
                 results[task] = WarmResult(task.name, task.case, time.monotonic() - start, "killed at the section's limit")
-    return [results[t] for t in work if t in results]
+    return [results.get(t, WarmResult(t.name, t.case, 0.0, "not started")) for t in work]
 
 
 def last_line(log) -> str:
