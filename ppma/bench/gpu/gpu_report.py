@@ -19,7 +19,8 @@ stops, keeps what it measured and says what it did not run.
 5. **Where the time goes** (:mod:`.step_profile`): one training step per preset under the profiler.
 
 ``--quick`` (the CPU test): two ``test_*`` presets at 32x32, batch 2 (one fp32 worker each),
-backbones at 32 and 48, one timed run, two of the scripts at their reduced shapes. docs/gpu.md says how to read it.
+backbones at 32 and 48, one timed run, two of the scripts at their reduced shapes. docs/gpu.md
+says how to read it.
 """
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def warm_up(work: list[WarmTask], command: Callable[[WarmTask], list[str]], seco
             while (pending or running) and time.monotonic() < end:
                 while pending and len(running) < processes:
                     task = pending.pop(0)
-                    log = open(os.path.join(logs, f"{len(results) + len(running)}.log"), "w+b")  # noqa: SIM115
+                    log = open(os.path.join(logs, f"{work.index(task)}.log"), "w+b")  # noqa: SIM115
                     process = subprocess.Popen(command(task), stdout=subprocess.DEVNULL, stderr=log,
                                                start_new_session=True)
                     running[task] = (process, log, time.monotonic())
