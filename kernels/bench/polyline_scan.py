@@ -129,19 +129,18 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, mask_limit, w
     if impl == "triton" and triton_unavailable_reason(device) is not None:
         return {"note": "skipped: Triton unavailable (CPU needs TRITON_INTERPRET=1)"}
     inputs, grad = make_inputs(shape, dtype, device, backward)
-    x, log_alpha, log_beta, *log_gamma = inputs
+    x = inputs[0]
 
-    def scan(*tensors):
-        x, log_alpha, log_beta, *log_gamma = tensors or inputs
+    def scan(x, log_alpha, log_beta, *log_gamma):
         return IMPLS[impl](x, log_alpha, log_beta, "both", *log_gamma)
 
     if backward:
         def step():
-            torch.autograd.grad(scan(), inputs, grad)
+            torch.autograd.grad(scan(*inputs), inputs, grad)
     else:
         def step():
             with torch.no_grad():
-                scan()
+                scan(*inputs)
     try:
         seconds = median_seconds(step, device, warmup, repeat)
         peak = peak_memory(step, device)

@@ -2,6 +2,7 @@
 output (and gradients) against the fp32 reference on the same inputs."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
@@ -24,10 +25,29 @@ def fp32_copies(inputs: Sequence[torch.Tensor | None]) -> list[torch.Tensor | No
             for t in inputs]
 
 
+def tensor_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """``max |actual - expected| / max |expected|``, computed in fp32.
+
+    0 when they are equal (both all zeros included), ``inf`` when ``expected`` is all zeros and
+    ``actual`` is not, ``nan`` when either holds a nan or an inf. ``ValueError`` when the shapes
+    differ.
+    """
+    if actual.shape != expected.shape:
+        raise ValueError(f"relative_error: shapes differ, {tuple(actual.shape)} vs {tuple(expected.shape)}")
+    a, e = actual.detach().float(), expected.detach().float()
+    if not (torch.isfinite(a).all() and torch.isfinite(e).all()):
+        return math.nan
+    if a.numel() == 0:
+        return 0.0
+    diff, scale = (a - e).abs().max().item(), e.abs().max().item()
+    if diff == 0:
+        return 0.0
+    return diff / scale if scale > 0 else math.inf
+
+
 def relative_error(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float:
-    """The largest ``max|got - want| / max|want|`` over the pairs (computed in fp64)."""
+    """The largest :func:`tensor_error` over the pairs (``nan`` when any is)."""
     if len(got) != len(want):
         raise ValueError(f"{len(got)} results against {len(want)} reference results")
-    errors = [((g.double() - w.double()).abs().max() / w.double().abs().max().clamp_min(1e-30)).item()
-              for g, w in zip(got, want)]
-    return max(errors)
+    errors = [tensor_error(g, w) for g, w in zip(got, want)]
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ppma.kernels.common.accuracy import tensor_error as relative_error
 from ppma.ops.registry import ENV_VAR
 
 # fp32, TF32 off: the outputs and input gradients, then the parameter gradients (sums over the
@@ -28,25 +29,6 @@ LOW_PRECISION_FLOOR = 1e-2
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BATCH = 2  # the batch of every case but the odd size's
 
-
-def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """``max |actual - expected| / max |expected|``, computed in fp32.
-
-    0 when they are equal (both all zeros included), ``inf`` when ``expected`` is all zeros and
-    ``actual`` is not, ``nan`` when either holds a nan or an inf. ``ValueError`` when the shapes
-    differ.
-    """
-    if actual.shape != expected.shape:
-        raise ValueError(f"relative_error: shapes differ, {tuple(actual.shape)} vs {tuple(expected.shape)}")
-    a, e = actual.detach().float(), expected.detach().float()
-    if not (torch.isfinite(a).all() and torch.isfinite(e).all()):
-        return math.nan
-    if a.numel() == 0:
-        return 0.0
-    diff, scale = (a - e).abs().max().item(), e.abs().max().item()
-    if diff == 0:
-        return 0.0
-    return diff / scale if scale > 0 else math.inf
 
 
 @contextlib.contextmanager

@@ -286,8 +286,12 @@ def render_kernel_tables(section: Section, s: Settings) -> list[str]:
             continue
         status = f"exit {result.returncode}" if result.returncode is not None else "**stopped at its time limit**"
         lines += ["", f"### `{result.command}`", "", f"{result.seconds:.0f} s, {status}.", ""]
-        for line in result.stdout.splitlines():  # its comment lines as text; its headings under the script's
-            lines.append(line[2:] + "  " if line.startswith("# ") else "##" + line if line.startswith("## ") else line)
+        for line in result.stdout.splitlines():
+            if line.startswith("# "):  # its comment lines as text
+                line = line[2:] + "  "
+            elif line.startswith("## "):  # its headings under the script's
+                line = "##" + line
+            lines.append(line)
         if result.returncode not in (0, None) and result.stderr_tail:
             lines += ["", "```text", result.stderr_tail, "```"]
     return lines
