@@ -33,11 +33,13 @@ channel and token, before the scan's carried states and decays.
     python kernels/bench/polyline_linear_attention.py                 # CUDA if present
     python kernels/bench/polyline_linear_attention.py --op --sizes    # the models and the op per stage (CUDA)
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
-    python kernels/bench/polyline_linear_attention.py --backward --sizes   # the backward, as it was and is
+    python kernels/bench/polyline_linear_attention.py --backward --sizes   # the backwards, side by side
 
-``--backward``: per stage, the ``'cpu'`` and ``'triton'`` backends' backward as it was (autograd
-through the chunked path, whose forward runs again first) and as it is (the chunked backward from
-the numerator their forward kept), side by side with their gradients compared.
+``--backward``: per stage, the ``'cpu'`` and ``'triton'`` backends' backward as it first was
+(autograd through the chunked path, whose forward runs again first) and the two they now choose
+between from the numerator their forward kept (the chunked backward; the quadratic form's, taken
+on the grids where :func:`~ppma.ops.polyline_linear_attention_impl.cpu.quadratic_is_cheaper`
+says so), side by side with their gradients compared.
 """
 from __future__ import annotations
 
@@ -57,11 +59,13 @@ from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.timing import median_seconds, peak_memory
 from ppma.kernels.polyline_linear_attention import tiled as strip_kernels
 from ppma.ops import polyline_linear_attention
+from ppma.ops.polyline_linear_attention_impl import cpu as cpu_kernel
 from ppma.ops.polyline_linear_attention_impl import (
     polyline_linear_attention_chunked,
     polyline_linear_attention_reference,
 )
 from ppma.ops.polyline_linear_attention_impl.chunked import chunked_backward, chunked_forward
+from ppma.ops.polyline_linear_attention_impl.quadratic import quadratic_backward
 from ppma.ops.polyline_linear_attention_impl.tiled import polyline_linear_attention_tiled
 
 SIZES = (224, 512, 768, 1024, 1280)
@@ -190,14 +194,17 @@ def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -
 
 
 def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
-    """Markdown rows: per stage (fp32, batch ``batch``), the op's backward as it was
-    (``torch.func.vjp`` through the chunked path: its forward runs again, then its backward) and as
-    the ``'cpu'`` and ``'triton'`` backends run it now (:func:`chunked_backward` from the forward's
-    numerator), side by side, the gradients compared. Scans: the Triton kernel on CUDA (the
+    """Markdown rows: per stage (fp32, batch ``batch``), the op's backward three ways, side by
+    side, the gradients compared with the first: ``torch.func.vjp`` through the chunked path (its
+    forward runs again, then its backward: the backward before the forward kept its numerator),
+    and the two backwards from the forward's numerator that the ``'cpu'`` and ``'triton'``
+    backends choose between (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`):
+    the chunked path's and the quadratic form's. Scans: the Triton kernel on CUDA (the
     ``'triton'`` backend's), the blocked PyTorch scan on the CPU (the ``'cpu'`` backend's)."""
     scan = "triton" if device.type == "cuda" else "blocked"
-    rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | from the numerator (ms) | ratio "
-            "| max gradient difference |", "|---|---:|---:|---:|---:|"]
+    rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | chunked from the numerator (ms) "
+            "| quadratic from the numerator (ms) | the op takes | max gradient difference |",
+            "|---|---:|---:|---:|---|---:|"]
     for heads, hh, ww, d in STAGES:
         q, k = (torch.rand(batch, heads, hh, ww, d, device=device) for _ in range(2))
         v = torch.randn(batch, heads, hh, ww, d, device=device)
@@ -210,12 +217,17 @@ def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
             _, vjp = torch.func.vjp(functools.partial(polyline_linear_attention_chunked, scan=scan), *inputs)
             return vjp(grad)
 
-        def direct(inputs=inputs, grad=grad, num=num):
+        def chunked(inputs=inputs, grad=grad, num=num):
             return chunked_backward(grad, num, *inputs, scan=scan)
 
-        gaps = [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(direct(), recompute())]
-        times = [median_seconds(fn, device, 1, repeat) * 1e3 for fn in (recompute, direct)]
-        rows.append(f"| {(batch, heads, hh, ww, d)} | {times[0]:.1f} | {times[1]:.1f} | {times[1] / times[0]:.2f} "
+        def quadratic(inputs=inputs, grad=grad, num=num):
+            return quadratic_backward(grad, num, *inputs)
+
+        want = recompute()
+        gaps = [relative_error(fn(), want) for fn in (chunked, quadratic)]
+        times = [median_seconds(fn, device, 1, repeat) * 1e3 for fn in (recompute, chunked, quadratic)]
+        taken = "quadratic" if cpu_kernel.quadratic_is_cheaper((hh, ww), d, d + 1) else "chunked"
+        rows.append(f"| {(batch, heads, hh, ww, d)} | {times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | {taken} "
                     f"| {max(gaps):.1e} |")
     return rows
 
@@ -268,7 +280,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=64, help="batch of the models and of --op")
     parser.add_argument("--op", action="store_true", help="time the op per stage and path, bf16 (CUDA)")
     parser.add_argument("--backward", action="store_true",
-                        help="time the op's backward as it was and as it is, per stage (fp32)")
+                        help="time the op's backwards (chunked, from the numerator, quadratic) per stage (fp32)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

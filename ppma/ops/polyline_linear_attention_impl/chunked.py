@@ -132,6 +132,14 @@ def _contract(a: torch.Tensor, y: torch.Tensor, transposed: bool = False) -> tor
     return (a.unsqueeze(-2) @ y.unflatten(-1, (a.shape[-1], -1))).squeeze(-2)
 
 
+def numerator_gradient(grad: torch.Tensor, num: torch.Tensor, eps: float) -> torch.Tensor:
+    """``gnum'`` ``(..., dv + 1)``: the gradient of the loss in ``num'`` for the output gradient
+    ``grad`` ``(..., dv)`` (in ``num'``'s dtype), through ``out = num'[:dv] / (num'[dv] + eps)``."""
+    r = 1.0 / (num[..., -1:] + eps)
+    g = grad * r
+    return torch.cat([g, -(g * num[..., :-1] * r).sum(-1, keepdim=True)], dim=-1)
+
+
 def _with_ones(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``v' = [v, 1]`` in ``dtype``."""
     return torch.cat([v.to(dtype), v.new_ones(v.shape[:-1] + (1,), dtype=dtype)], dim=-1)
@@ -161,9 +169,7 @@ def _backward(grad, num, q_in, k_in, v_in, log_alpha, log_beta, log_gamma, eps, 
     recomputed and backpropagated (no forward runs)."""
     acc, dv1 = num.dtype, num.shape[-1]
     vp, k, q = _with_ones(v_in, acc), k_in.to(acc), q_in.to(acc)
-    r = 1.0 / (num[..., -1:] + eps)
-    g = grad.to(acc) * r
-    gnum = torch.cat([g, -(g * num[..., :-1] * r).sum(-1, keepdim=True)], dim=-1)
+    gnum = numerator_gradient(grad.to(acc), num, eps)
     dq, dk, dvp = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(vp)
     ddecays = [None if t is None else torch.zeros_like(t) for t in (log_alpha, log_beta, log_gamma)]
     for rows, feature_chunks in _chunks(q.shape[0], q[0, ..., 0].numel(), q.shape[-1], dv1, budget):

@@ -33,10 +33,11 @@ the key's column, so unlike a product of two 1-D masks, states at block boundari
 stand for it). The factors depend on the decays only and serve every chunk; each is a product
 of decays (``<= 1``), so nothing overflows or cancels. State and sums in fp32 (fp64 for fp64 inputs).
 
-The backward is the chunked path's (:func:`.chunked.chunked_backward`, which also holds one
-chunk's state at a time), from the numerator ``num'`` the forward keeps (no forward runs again):
-the decay gradients need each scan's carried states in both directions, which its autograd
-through the blocked scans gives, and the in-place matmuls here have no autograd formula.
+The forward keeps the numerator ``num'``; the backward starts from it (no forward runs again),
+on the grids where the quadratic form is cheaper through that form (:mod:`.quadratic`), else
+the chunked path's (:func:`.chunked.chunked_backward`, which also holds one chunk's state at a
+time: the decay gradients need each scan's carried states in both directions, which its
+autograd through the blocked scans gives; the in-place matmuls here have no autograd formula).
 """
 from __future__ import annotations
 
@@ -47,8 +48,7 @@ import torch.nn.functional as F
 
 from .._scratch import scratch
 from ..polyline_attention_impl.reference import _at_least_fp32
-from ..registry import Impl
-from .chunked import _chunks, _with_ones, chunked_backward, numerator_fake, output_from_numerator
+from .chunked import _chunks, _with_ones, output_from_numerator
 
 # Lines up to this many tokens are one block (one n x n matmul a line).
 WHOLE_LINE = 16
@@ -311,16 +311,9 @@ def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6,
     return _output(numerator(q, k, v, log_alpha, log_beta, log_gamma, budget, quadratic), v, eps)
 
 
-def load() -> Impl:
-    """The CPU :class:`~ppma.ops.registry.Impl`: the forward above, which keeps its numerator
-    ``num'``; the backward is the chunked path's (blocked scan) from it, no forward again."""
-
-    def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
-        with torch.autocast("cpu", enabled=False):
-            num = numerator(q, k, v, log_alpha, log_beta, log_gamma).contiguous()  # not a view of padded lines
-            return _output(num, v, eps), (num,)
-
-    def backward(grads, residuals, *args):
-        return chunked_backward(grads[0], residuals[0], *args, scan="blocked")
-
-    return Impl(forward, backward, numerator_fake)
+def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """The CPU :class:`~ppma.ops.registry.Impl`'s forward: ``(out, (num',))``, the numerator kept
+    for the backward (which :mod:`.op` chooses)."""
+    with torch.autocast("cpu", enabled=False):
+        num = numerator(q, k, v, log_alpha, log_beta, log_gamma).contiguous()  # not a view of padded lines
+        return _output(num, v, eps), (num,)

@@ -13,12 +13,15 @@ What each backend runs (none holds the whole grid's ``d x dv`` state):
   on 3-D grids and fp64, the chunked path with :func:`ppma.ops.polyline_scan`'s Triton kernel for
   the scans of every chunk.
 
-Gradients of all three are those of the chunked path's own backward (it recomputes each chunk's
-scans and backpropagates through them). The ``'torch'`` backend reaches it by ``torch.func.vjp``
-(the chunked forward runs again first); the ``'cpu'`` and ``'triton'`` ones keep their forward's
-numerator ``num'`` (``(B * heads, *grid, dv + 1)`` fp32, O(N dv)) and call it directly
-(:func:`.chunked.chunked_backward`). :mod:`.reference`, which forms every token's state at once, is the
-oracle of the tests.
+Gradients: the ``'torch'`` backend's are the chunked path's own backward (it recomputes each
+chunk's scans and backpropagates through them), reached by ``torch.func.vjp`` (the chunked
+forward runs again first). The ``'cpu'`` and ``'triton'`` ones keep their forward's numerator
+``num'`` (``(B * heads, *grid, dv + 1)`` fp32, O(N dv)) and start from it
+(:func:`numerator_backward`): on grids where the quadratic form costs less
+(:func:`.cpu.quadratic_is_cheaper`: the last stages of the PPMA-linear backbones) through that
+form's ``N x N`` mask in chunks (:mod:`.quadratic`, batched matmuls), else the chunked path's
+backward (:func:`.chunked.chunked_backward`). :mod:`.reference`, which forms every token's state
+at once, is the oracle of the tests.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .chunked import chunked_backward, chunked_forward, numerator_fake, polyline_linear_attention_chunked
 from .export import polyline_linear_attention_export
+from .quadratic import quadratic_backward
 from .reference import polyline_linear_attention_reference
 
 
@@ -55,11 +59,33 @@ def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, ep
     return [torch.empty_like(t) for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
 
 
+def numerator_backward(scan: str):
+    """An :class:`~ppma.ops.registry.Impl`'s backward from the forward's numerator ``num'``: the
+    quadratic form's (:func:`.quadratic.quadratic_backward`) where
+    :func:`.cpu.quadratic_is_cheaper` says so for the grid, else the chunked path's with ``scan``
+    (``'blocked'`` or ``'triton'``)."""
+
+    def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
+        args = (grads[0], residuals[0], q, k, v, log_alpha, log_beta, log_gamma, eps)
+        if cpu.quadratic_is_cheaper(tuple(q.shape[2:-1]), q.shape[-1], v.shape[-1] + 1):
+            return quadratic_backward(*args)
+        return chunked_backward(*args, scan=scan)
+
+    return backward
+
+
+def _load_cpu() -> Impl:
+    """:func:`.cpu.forward` (chunks of the state, or the quadratic form on small grids), which
+    keeps ``num'``, and :func:`numerator_backward` with the blocked PyTorch scan."""
+    return Impl(cpu.forward, numerator_backward("blocked"), numerator_fake)
+
+
 def _load_triton() -> Impl:
     """2-D grids of fp32/fp16/bf16 inputs: the strip kernels of
     :mod:`ppma.kernels.polyline_linear_attention`; 3-D grids and fp64: the chunked path with the
     Triton polyline scan. Either keeps its numerator ``num'``; the backward (no kernel of its own)
-    is the chunked path's, with the Triton scan, from it (no forward runs again)."""
+    is :func:`numerator_backward` (the chunked path's with the Triton scan, or on small grids the
+    quadratic form's) from it: no forward runs again."""
     from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
@@ -70,10 +96,7 @@ def _load_triton() -> Impl:
                 out, num = linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps)
         return out, (num,)
 
-    def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
-        return chunked_backward(grads[0], residuals[0], q, k, v, log_alpha, log_beta, log_gamma, eps, scan="triton")
-
-    return Impl(forward, backward, numerator_fake)
+    return Impl(forward, numerator_backward("triton"), numerator_fake)
 
 
 OP = register(
@@ -87,7 +110,7 @@ OP = register(
     flops=_flops,
     kernels=[
         Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan", "polyline_linear_attention.tiled"))),
-        Kernel("cpu", cpu_only, cpu.load),
+        Kernel("cpu", cpu_only, _load_cpu),
     ],
 )
 
