@@ -6,6 +6,7 @@ import torch
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.ops import polyline_linear_attention, polyline_mask
 from ppma.ops.polyline_linear_attention_impl import (
+    chunked,
     polyline_linear_attention_chunked,
     polyline_linear_attention_reference,
 )
@@ -94,10 +95,10 @@ def test_memory_is_far_below_the_reference():
     scan factors, ``T + 2`` per token and line)."""
     inputs = [t.requires_grad_() if t is not None else None for t in make_inputs((40, 24), heads=1, d=16, dv=16)]
     reference = largest_saved_tensor(polyline_linear_attention_reference, inputs)
-    chunked = largest_saved_tensor(lambda *t: polyline_linear_attention_chunked(*t, budget=2**15), inputs)
+    in_chunks = largest_saved_tensor(lambda *t: polyline_linear_attention_chunked(*t, budget=2**15), inputs)
     assert reference >= 40 * 24 * (16 * 16 + 16)
     # one chunk of 2 features x 17 channels, its lines padded to whole scan blocks (40 -> 48)
-    assert chunked <= 2 * 2**15 and 5 * chunked < reference, (chunked, reference)
+    assert in_chunks <= 2 * 2**15 and 5 * in_chunks < reference, (in_chunks, reference)
 
 
 def test_input_errors_name_the_problem():
@@ -110,3 +111,14 @@ def test_input_errors_name_the_problem():
         polyline_linear_attention(q, k, v, la, lb, eps=0.0)
     with pytest.raises(ValueError, match="log_alpha must be <= 0"):
         polyline_linear_attention(q, k, v, -la, lb)
+
+
+def test_chunk_budget_by_device():
+    """CPU chunks stay near the caches; a GPU's are 8x larger, so that the host's ops per chunk
+    do not set the pace: PPMA-linear-T's stage 1 at batch 64 (256 rows of 56 x 56 tokens, d = 16)
+    is 64 chunks on the CPU's budget and 7 on a GPU's."""
+    assert chunked.chunk_elements(torch.device("cpu")) == chunked.CHUNK_ELEMENTS == 2**22
+    assert chunked.chunk_elements(torch.device("cuda")) == chunked.GPU_CHUNK_ELEMENTS == 2**25
+    plans = [chunked._chunks(256, 56 * 56, 16, 17, chunked.chunk_elements(torch.device(d))) for d in ("cpu", "cuda")]
+    assert [len(p) for p in plans] == [64, 7]
+    assert all(rows.stop - rows.start <= 256 and len(features) == 1 for p in plans for rows, features in p)

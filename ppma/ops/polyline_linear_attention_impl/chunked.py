@@ -10,9 +10,8 @@ is accumulated over chunks of key features ``i`` (and of ``B * heads``): each ch
 (``scan``): ``'blocked'``, the plain-PyTorch :mod:`.blocked_scan` (decay factors built once per
 row chunk); ``'triton'``, the ``'triton'`` kernel of ``polyline_scan``, taken from the registry
 (its forward once, then its backward, per chunk in the backward). At most
-:data:`CHUNK_ELEMENTS` state elements exist at a time; forward and backward keep nothing per
-chunk. The backward recomputes each
-chunk's scan and backpropagates through it (``dq_i = gnum' . y_i``, ``dk_i = dx_i . v'``,
+:data:`CHUNK_ELEMENTS` state elements exist at a time (:data:`GPU_CHUNK_ELEMENTS` on a GPU); forward
+and backward keep nothing per chunk. The backward recomputes each chunk's scan and backpropagates through it (``dq_i = gnum' . y_i``, ``dk_i = dx_i . v'``,
 ``dv' = sum_i dx_i k_i``, decay gradients summed over chunks), with
 ``gnum' = [g / (den + eps), -(g . out) / (den + eps)]`` for the output gradient ``g``. State and
 sums are fp32 (fp64 for fp64 inputs) whatever the input dtype.
@@ -26,8 +25,19 @@ from ..polyline_scan_impl import op as _polyline_scan  # noqa: F401  (registers 
 from ..registry import Impl, get_op, implementation
 from .blocked_scan import FACTORS_PER_AXIS, path_scans, scan_factors
 
-# Most state elements one chunk forms (fp32: 16 MB); the scan's temporaries are a few times that.
+# Most state elements one chunk forms, on the CPU: 2^22 (fp32: 16 MB, near the caches). The
+# backward's peak is about a dozen tensors of a chunk's state (10-12 measured on the CPU).
 CHUNK_ELEMENTS = 2**22
+# On a GPU: 2^25 (128 MiB in fp32, a backward peak near 1.5 GiB). A chunk costs about 220 ops on
+# the host, and on the H100 a chunk of 2^22 took 1.6-2.8 ms of the backward whatever its shape
+# (docs/benchmarks.md): chunks of the CPU's size leave the GPU waiting on the host.
+GPU_CHUNK_ELEMENTS = 2**25
+
+
+def chunk_elements(device: torch.device) -> int:
+    """The default ``budget`` on ``device``: :data:`CHUNK_ELEMENTS` on the CPU, else
+    :data:`GPU_CHUNK_ELEMENTS`."""
+    return CHUNK_ELEMENTS if device.type == "cpu" else GPU_CHUNK_ELEMENTS
 
 
 def _chunks(bh: int, n: int, d: int, dv1: int, budget: int):
@@ -151,7 +161,7 @@ def _present(tensors):
 
 def _forward(q, k, v, log_alpha, log_beta, log_gamma, eps, budget, scan):
     """``(out, num')`` on ``(B * heads, *grid, .)`` tensors; ``num'`` ``(..., dv + 1)`` in the state's dtype."""
-    acc = _at_least_fp32(v).dtype
+    acc, budget = _at_least_fp32(v).dtype, budget or chunk_elements(q.device)
     vp, k, q = _with_ones(v, acc), k.to(acc), q.to(acc)
     dv1 = vp.shape[-1]
     num = vp.new_zeros(vp.shape)
@@ -167,7 +177,7 @@ def _backward(grad, num, q_in, k_in, v_in, log_alpha, log_beta, log_gamma, eps, 
     """``(dq, dk, dv, dlog_alpha, dlog_beta, dlog_gamma or None)`` on ``(B * heads, *grid, .)``
     tensors, from the forward's ``num'`` and the output gradient ``grad``: each chunk's scans
     recomputed and backpropagated (no forward runs)."""
-    acc, dv1 = num.dtype, num.shape[-1]
+    acc, dv1, budget = num.dtype, num.shape[-1], budget or chunk_elements(q_in.device)
     vp, k, q = _with_ones(v_in, acc), k_in.to(acc), q_in.to(acc)
     gnum = numerator_gradient(grad.to(acc), num, eps)
     dq, dk, dvp = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(vp)
@@ -225,11 +235,12 @@ def polyline_linear_attention_chunked(
     log_beta: torch.Tensor,
     log_gamma: torch.Tensor | None = None,
     eps: float = 1e-6,
-    budget: int = CHUNK_ELEMENTS,
+    budget: int | None = None,
     scan: str = "blocked",
 ) -> torch.Tensor:
     """Same contract as :func:`~.reference.polyline_linear_attention_reference`; at most
-    ``budget`` state elements at a time (one key feature of one ``(batch, head)`` at least);
+    ``budget`` state elements at a time (one key feature of one ``(batch, head)`` at least;
+    default by device, :func:`chunk_elements`);
     ``scan``: ``'blocked'`` (PyTorch) or ``'triton'`` (:func:`ppma.ops.polyline_scan`'s kernel)."""
     with torch.autocast(q.device.type, enabled=False):  # state and sums stay fp32 under autocast
         out, _ = _ChunkedLinearAttention.apply(
@@ -238,7 +249,7 @@ def polyline_linear_attention_chunked(
     return out.unflatten(0, v.shape[:2])
 
 
-def chunked_forward(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS, scan="blocked"):
+def chunked_forward(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=None, scan="blocked"):
     """``(out, num')``: :func:`polyline_linear_attention_chunked` without autograd and its
     numerator ``num'`` ``(B * heads, *grid, dv + 1)`` (fp32; fp64 for fp64 ``v``), which
     :func:`chunked_backward` takes."""
@@ -255,7 +266,7 @@ def numerator_fake(q, k, v, log_alpha, log_beta, log_gamma, eps):
                         device=v.device),)
 
 
-def chunked_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=CHUNK_ELEMENTS,
+def chunked_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budget=None,
                      scan="blocked") -> list[torch.Tensor]:
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of the op for the output
     gradient ``grad`` ``(B, heads, *grid, dv)``, from the forward's numerator ``num'`` (any path's:

@@ -27,7 +27,7 @@ from .cpu import _laid_out, _path_factor
 # Mask elements a chunk: on the CPU as many as its forward's scratch holds (cache-sized); on a GPU
 # 2^24, 64 MiB a tensor in fp32, of which autograd keeps about seven at its peak (under 0.5 GiB),
 # and enough rows for full-size batched matmuls (27 of PPMA-linear-T's stage 2 at 224).
-CHUNK_ELEMENTS = {"cpu": 1 << 20}
+CHUNK_ELEMENTS = 1 << 20
 GPU_CHUNK_ELEMENTS = 1 << 24
 
 
@@ -50,9 +50,8 @@ def quadratic_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, 
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of the op for the output
     gradient ``grad`` ``(B, heads, *grid, dv)``, from the forward's numerator ``num'`` ``(B * heads,
     *grid, dv + 1)`` (any path's), through :func:`dense_numerator`; ``budget``: mask elements a
-    chunk (default by device, :data:`CHUNK_ELEMENTS`)."""
-    if budget is None:
-        budget = CHUNK_ELEMENTS.get(q.device.type, GPU_CHUNK_ELEMENTS)
+    chunk (default: :data:`CHUNK_ELEMENTS` on the CPU, :data:`GPU_CHUNK_ELEMENTS` on a GPU)."""
+    budget = budget or (CHUNK_ELEMENTS if q.device.type == "cpu" else GPU_CHUNK_ELEMENTS)
     acc, batch = num.dtype, v.shape[:2]
     present = [t for t in (log_alpha, log_beta, log_gamma) if t is not None]
     with torch.autocast(q.device.type, enabled=False):
