@@ -36,10 +36,12 @@ channel and token, before the scan's carried states and decays.
     python kernels/bench/polyline_linear_attention.py --backward --sizes   # the backwards, side by side
 
 ``--backward``: per stage, the ``'cpu'`` and ``'triton'`` backends' backward as it first was
-(autograd through the chunked path, whose forward runs again first) and the two they now choose
-between from the numerator their forward kept (the chunked backward; the quadratic form's, taken
-on the grids where :func:`~ppma.ops.polyline_linear_attention_impl.cpu.quadratic_is_cheaper`
-says so), side by side with their gradients compared.
+(autograd through the chunked path, whose forward runs again first) and those they now choose
+between from the numerator their forward kept (the chunked backward; the quadratic form's in
+PyTorch, the ``'cpu'`` backend's on the grids where
+:func:`~ppma.ops.polyline_linear_attention_impl.cpu.quadratic_is_cheaper` says so; on CUDA the
+fused quadratic passes, the ``'triton'`` backend's on grids of at most
+``FUSED_BACKWARD_MAX_TOKENS`` tokens), side by side with their gradients compared.
 """
 from __future__ import annotations
 
@@ -57,9 +59,11 @@ import ppma  # noqa: F401  (registers the models)
 import ppma.layers.polyline_attention as layer
 from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.timing import median_seconds, peak_memory
+from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_bwd
 from ppma.kernels.polyline_linear_attention import tiled as strip_kernels
 from ppma.ops import polyline_linear_attention
 from ppma.ops.polyline_linear_attention_impl import cpu as cpu_kernel
+from ppma.ops.polyline_linear_attention_impl import op as linear_op
 from ppma.ops.polyline_linear_attention_impl import (
     polyline_linear_attention_chunked,
     polyline_linear_attention_reference,
@@ -194,17 +198,19 @@ def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -
 
 
 def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
-    """Markdown rows: per stage (fp32, batch ``batch``), the op's backward three ways, side by
+    """Markdown rows: per stage (fp32, batch ``batch``), the op's backward in its forms, side by
     side, the gradients compared with the first: ``torch.func.vjp`` through the chunked path (its
     forward runs again, then its backward: the backward before the forward kept its numerator),
-    and the two backwards from the forward's numerator that the ``'cpu'`` and ``'triton'``
-    backends choose between (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`):
-    the chunked path's and the quadratic form's. Scans: the Triton kernel on CUDA (the
-    ``'triton'`` backend's), the blocked PyTorch scan on the CPU (the ``'cpu'`` backend's)."""
-    scan = "triton" if device.type == "cuda" else "blocked"
+    and the backwards from the forward's numerator that the ``'cpu'`` and ``'triton'`` backends
+    choose between (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`): the
+    chunked path's, the quadratic form's in PyTorch and (CUDA) the fused quadratic passes. Scans:
+    the Triton kernel on CUDA (the ``'triton'`` backend's), the blocked PyTorch scan on the CPU
+    (the ``'cpu'`` backend's)."""
+    cuda = device.type == "cuda"
+    scan = "triton" if cuda else "blocked"
     rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | chunked from the numerator (ms) "
-            "| quadratic from the numerator (ms) | the op takes | max gradient difference |",
-            "|---|---:|---:|---:|---|---:|"]
+            "| quadratic, PyTorch (ms) | fused quadratic, Triton (ms) | the op takes | max gradient difference |",
+            "|---|---:|---:|---:|---:|---|---:|"]
     for heads, hh, ww, d in STAGES:
         q, k = (torch.rand(batch, heads, hh, ww, d, device=device) for _ in range(2))
         v = torch.randn(batch, heads, hh, ww, d, device=device)
@@ -223,12 +229,18 @@ def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
         def quadratic(inputs=inputs, grad=grad, num=num):
             return quadratic_backward(grad, num, *inputs)
 
+        def fused(inputs=inputs, grad=grad, num=num):
+            return linear_attention_quadratic_bwd(grad, num, *inputs)
+
+        forms = (recompute, chunked, quadratic, fused) if cuda else (recompute, chunked, quadratic)
         want = recompute()
-        gaps = [relative_error(fn(), want) for fn in (chunked, quadratic)]
-        times = [median_seconds(fn, device, 1, repeat) * 1e3 for fn in (recompute, chunked, quadratic)]
-        taken = "quadratic" if cpu_kernel.quadratic_is_cheaper((hh, ww), d, d + 1) else "chunked"
-        rows.append(f"| {(batch, heads, hh, ww, d)} | {times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | {taken} "
-                    f"| {max(gaps):.1e} |")
+        gaps = [relative_error(fn(), want) for fn in forms[1:]]
+        times = [f"{median_seconds(fn, device, 1, repeat) * 1e3:.1f}" for fn in forms] + ["-"] * (4 - len(forms))
+        if cuda:
+            taken = "fused" if hh * ww <= linear_op.FUSED_BACKWARD_MAX_TOKENS else "chunked"
+        else:
+            taken = "quadratic" if cpu_kernel.quadratic_is_cheaper((hh, ww), d, d + 1) else "chunked"
+        rows.append(f"| {(batch, heads, hh, ww, d)} | {' | '.join(times)} | {taken} | {max(gaps):.1e} |")
     return rows
 
 

@@ -37,6 +37,11 @@ exception, 3-D grids only: the terms at ``(frame of L, row and column of F)`` la
 program does not own; they are summed over each loop frame in registers and added atomically,
 one ``BLOCK`` vector per frame and program (``T`` additions per position, no float atomics per
 element). ``dGa``, ``dGb``, ``dGc`` become decay gradients by reverse cumulative sums.
+
+The same two passes give the linear kind's gradients in its quadratic form
+(:func:`linear_attention_quadratic_bwd`, ``LINEAR``): no softmax, the weights are the logits
+times ``exp(V2H) + exp(H2V)`` (the paper form with the logits in place of the probabilities),
+and the normalization by the weights' row sums enters through ``dO`` and one statistic per query.
 """
 from __future__ import annotations
 
@@ -92,7 +97,7 @@ def columns(width: int, backward: bool, fp32: bool = False, head: int = 32) -> i
 
 def _variant(args) -> str:
     """``'fp16 3d official d<=32 cols16'``: the resource table's name of a launch (:mod:`..common.tuning`)."""
-    form = "paper" if args["PAPER"] else "official"
+    form = "linear" if args.get("LINEAR") else "paper" if args["PAPER"] else "official"
     return f"{args['Q'][1:]} {'3d' if args['IS_3D'] else '2d'} {form} {head_bucket(args, HEAD_BLOCKS)} cols{args['COLS']}"
 
 
@@ -252,12 +257,17 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _probabilities(PAPER: tl.constexpr, s, m_fl, m_lf, lse_fl, lse_lf):
+def _probabilities(PAPER: tl.constexpr, LINEAR: tl.constexpr, s, m_fl, m_lf, lse_fl, lse_lf):
     """``(p_fl, p_lf, p)`` ``(BLOCK, COLS)`` (``F`` x ``L``) from the logits ``s`` and the log masks
     ``M(F, L)``, ``M(L, F)``; ``lse_*``: each softmax's log-sum-exp, broadcast to the tile (paper
     form: the one softmax's, in ``lse_fl``). Official form: each softmax's probabilities and their
     mean, the attention weights; paper form: the softmax's probabilities ``p`` times
-    ``exp(M(F, L))`` and times ``exp(M(L, F))`` (their sum is the attention weights), and ``p``."""
+    ``exp(M(F, L))`` and times ``exp(M(L, F))`` (their sum is the attention weights), and ``p``;
+    linear kind (``LINEAR``, no softmax): ``s`` times either mask, and the two masks' sum."""
+    if LINEAR:
+        e_fl = tl.exp(m_fl)
+        e_lf = tl.exp(m_lf)
+        return s * e_fl, s * e_lf, e_fl + e_lf
     if PAPER:
         p = tl.exp(s - lse_fl)
         return p * tl.exp(m_fl), p * tl.exp(m_lf), p
@@ -275,10 +285,15 @@ def _weights(PAPER: tl.constexpr, p_fl, p_lf, p):
 
 
 @triton.jit
-def _mask_grads(PAPER: tl.constexpr, p_fl, p_lf, p, dp, d_fl, d_lf):
+def _mask_grads(PAPER: tl.constexpr, LINEAR: tl.constexpr, p_fl, p_lf, p, dp, d_fl, d_lf):
     """``(ds, g_fl, g_lf)``: the gradients of the logits and of the log masks ``M(F, L)``,
     ``M(L, F)`` from :func:`_probabilities` and ``dp = dO v^T`` (all ``(BLOCK, COLS)``). ``d_*``:
-    each softmax's ``rowsum(dO * O)``, broadcast to the tile (paper form: in ``d_fl``)."""
+    each softmax's ``rowsum(dO * O)``, broadcast to the tile (paper form: in ``d_fl``); linear
+    kind: the gradient of the weights is ``dp + d_fl``, ``d_fl`` the one of the ones column of
+    ``v' = [v, 1]``, ``-(g . out) / den`` per query."""
+    if LINEAR:
+        dw = dp + d_fl
+        return dw * p, dw * p_fl, dw * p_lf
     if PAPER:
         g_fl = dp * p_fl
         g_lf = dp * p_lf
@@ -305,8 +320,8 @@ def _bwd_pass(
     F_MAT, L_MAT, F_OUT, L_OUT, Ga, Gb, Gc, DG, STATS,
     s_fb, s_fh, s_fn, s_lb, s_lh, s_ln, s_fob, s_foh, s_fon, s_lob, s_loh, s_lon,
     heads, T, H, W, D, DV,
-    KEYS_FIXED: tl.constexpr, IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, COLS: tl.constexpr,
+    KEYS_FIXED: tl.constexpr, IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr,
+    PRECISION: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, COLS: tl.constexpr,
 ):
     """One backward pass (see the module docstring). ``KEYS_FIXED``: the ``dk``/``dv`` pass
     (``F_MAT`` = ``K``, ``F_OUT`` = ``V``, ``L_MAT`` = ``Q``, ``L_OUT`` = ``dO``), else the
@@ -371,19 +386,19 @@ def _bwd_pass(
                 if KEYS_FIXED:  # F = keys: V2H = M(L, F), H2V = M(F, L); statistics along L
                     lse_v2h = tl.load(STATS + row + l_n, mask=l_ok, other=float("inf"))[None, :]
                     if PAPER:
-                        p_fl, p_lf, p = _probabilities(PAPER, s, m_fl, m_lf, lse_v2h, lse_v2h)
+                        p_fl, p_lf, p = _probabilities(PAPER, LINEAR, s, m_fl, m_lf, lse_v2h, lse_v2h)
                     else:
                         lse_h2v = tl.load(STATS + 2 * plane + row + l_n, mask=l_ok, other=float("inf"))[None, :]
-                        p_fl, p_lf, p = _probabilities(PAPER, s, m_fl, m_lf, lse_h2v, lse_v2h)
+                        p_fl, p_lf, p = _probabilities(PAPER, LINEAR, s, m_fl, m_lf, lse_h2v, lse_v2h)
                     acc_dv += tl.dot(_weights(PAPER, p_fl, p_lf, p).to(lo.dtype), lo, input_precision=PRECISION)
                     d_v2h = tl.load(STATS + plane + row + l_n, mask=l_ok, other=0.0)[None, :]
                     d_h2v = tl.load(STATS + 3 * plane + row + l_n, mask=l_ok, other=0.0)[None, :]
                     d_fl, d_lf = (d_v2h, d_v2h) if PAPER else (d_h2v, d_v2h)
                 else:
-                    p_fl, p_lf, p = _probabilities(PAPER, s, m_fl, m_lf, lse_1, lse_2)
+                    p_fl, p_lf, p = _probabilities(PAPER, LINEAR, s, m_fl, m_lf, lse_1, lse_2)
                     d_fl, d_lf = d_1, d_2
                 dp = tl.dot(fo, tl.trans(lo), input_precision=PRECISION)
-                ds, g_fl, g_lf = _mask_grads(PAPER, p_fl, p_lf, p, dp, d_fl, d_lf)
+                ds, g_fl, g_lf = _mask_grads(PAPER, LINEAR, p_fl, p_lf, p, dp, d_fl, d_lf)
                 acc_d += tl.dot(ds.to(lm.dtype), lm, input_precision=PRECISION)
                 # M(F, L): dGa at F and at the corner (F's row, L's column); dGb at the corner
                 ca += g_fl
@@ -416,14 +431,14 @@ def _bwd_dkdv_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DK, DV_PTR,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """``DK``, ``DV_PTR``: contiguous ``(B*heads, N, d|dv)`` in ``k``'s, ``v``'s dtype."""
     dk, dv, f_n, f_ok = _bwd_pass(
         K, Q, V, DO, Ga, Gb, Gc, DG, STATS,
         sk_b, sk_h, sk_n, sq_b, sq_h, sq_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
-        heads, T, H, W, D, DV, True, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
+        heads, T, H, W, D, DV, True, IS_3D, PAPER, LINEAR, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
     row = tl.program_id(1).to(tl.int64) * T * H * W
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
@@ -439,14 +454,14 @@ def _bwd_dq_kernel(
     Q, K, V, DO, Ga, Gb, Gc, DG, STATS, DQ,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """``DQ``: contiguous ``(B*heads, N, d)`` in ``q``'s dtype."""
     dq, _, f_n, f_ok = _bwd_pass(
         Q, K, DO, V, Ga, Gb, Gc, DG, STATS,
         sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sdo_b, sdo_h, sdo_n, sv_b, sv_h, sv_n,
-        heads, T, H, W, D, DV, False, IS_3D, PAPER, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
+        heads, T, H, W, D, DV, False, IS_3D, PAPER, LINEAR, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
     row = tl.program_id(1).to(tl.int64) * T * H * W
     c = tl.arange(0, BLOCK_D)
     tl.store(DQ + (row + f_n[:, None]) * D + c[None, :], dq.to(DQ.dtype.element_ty),
@@ -545,11 +560,33 @@ def _softmax_stats(grad, out, residuals, form):
 def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
     for the output gradient ``grad``, from its ``out`` and ``residuals`` (no forward kernel runs)."""
-    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
     stats = _softmax_stats(grad, out, residuals, form)
+    return _backward(grad.to(v.dtype), stats, q, k, v, log_alpha, log_beta, log_gamma, form == "paper", False)
+
+
+def linear_attention_quadratic_bwd(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6):
+    """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of the linear kind
+    (``ppma.ops.polyline_linear_attention``) in its quadratic form, by this module's two backward
+    passes without the softmax: the weights are ``(q k^T) * (exp(V2H) + exp(H2V))``, ``num' =
+    weights @ [v, 1]`` and ``out = num'[:dv] / (num'[dv] + eps)``. ``num`` is the forward's
+    ``num'`` (fp32 ``(B * heads, *grid, dv + 1)``); ``grad`` ``(B, heads, *grid, dv)``. The passes
+    take ``dO = grad / den`` and, as the statistic the softmax's ``D`` takes, the gradient of the
+    ones column, ``-(dO . out)`` per query (``den = num'[dv] + eps``)."""
+    den = num[..., -1:] + eps
+    g = grad.flatten(0, 1).float() / den
+    stats = torch.zeros(4, num.shape[0], math.prod(num.shape[1:-1]), dtype=torch.float32, device=num.device)
+    stats[1] = -(g * num[..., :-1] / den).sum(-1).flatten(1)
+    do = g.to(v.dtype).unflatten(0, v.shape[:2])
+    return _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, True, True)
+
+
+def _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, paper: bool, linear: bool):
+    """The two backward passes for ``dO`` ``do`` (``v``'s dtype) and the fp32 ``(4, B*heads, N)``
+    statistics ``stats`` -> ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]``."""
+    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
     (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=True)
     bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
-    qf, kf, vf, dof = _flat(q), _flat(k), _flat(v), _flat(grad.to(v.dtype))
+    qf, kf, vf, dof = _flat(q), _flat(k), _flat(v), _flat(do)
     n = qf.shape[2]
     dq = torch.empty(bsz, heads, n, d, dtype=q.dtype, device=q.device)
     dk = torch.empty(bsz, heads, n, d, dtype=k.dtype, device=q.device)
@@ -559,9 +596,9 @@ def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, lo
     grid = lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)  # noqa: E731
     strides = (*qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3])
     sizes = (heads, frames, height, width, d, dv)
-    _bwd_dkdv_kernel[grid](qf, kf, vf, dof, *decays, dgs[0], stats, dk, dvv, *strides, *sizes, PAPER=form == "paper",
-                    **consts)
-    _bwd_dq_kernel[grid](qf, kf, vf, dof, *decays, dgs[1], stats, dq, *strides, *sizes, PAPER=form == "paper", **consts)
+    forms = dict(PAPER=paper, LINEAR=linear)
+    _bwd_dkdv_kernel[grid](qf, kf, vf, dof, *decays, dgs[0], stats, dk, dvv, *strides, *sizes, **forms, **consts)
+    _bwd_dq_kernel[grid](qf, kf, vf, dof, *decays, dgs[1], stats, dq, *strides, *sizes, **forms, **consts)
     dg = (dgs[0].sum(0) + dgs[1].sum(0)).view(3, *log_alpha.shape)
     grads = [dq.view(q.shape), dk.view(k.shape), dvv.view(v.shape),
              decay_gradient(dg[0], -1), decay_gradient(dg[1], -2)]
@@ -574,28 +611,37 @@ INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inpu
 FP32_POINTERS = ("Ga", "Gb", "Gc", "O1", "LSE", "DG", "STATS")
 
 
-def offered(configs, head: int) -> list[triton.Config]:
+def offered(configs, head: int, linear: bool = False) -> list[triton.Config]:
     """The configurations the resource table has rows for at the head-dim block ``head``: fixed
     tiles of 1,024 to 4,096 ``BLOCK x head`` elements (32 to 128 tokens up to head dim 32, 16 to 64
-    at 64, 16 and 32 at 128: the larger spilled, the smaller only move more loop tiles)."""
-    return [c for c in configs if 1024 <= c.kwargs["BLOCK"] * head <= 4096]
+    at 64, 16 and 32 at 128: the larger spilled, the smaller only move more loop tiles). The
+    linear kind's passes (``linear``) also 16-token tiles up to head dim 32: on 3-D grids every
+    larger tile of its ``dq`` pass spilled on sm_80 (16-80 bytes)."""
+    smallest = 512 if linear else 1024
+    return [c for c in configs if smallest <= c.kwargs["BLOCK"] * head <= 4096]
 
 
 def compile_cases() -> list[tuning.CompileCase]:
     """The three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for fp32, fp16 and bf16, 2-D and
-    3-D grids, both forms, the head-dim blocks of :data:`HEAD_BLOCKS`, every tile width
-    :func:`columns` gives and the configurations :func:`offered` keeps (``tools/kernel_resources.py``).
-    fp16 rows take bf16's numbers (``same_as``: the same layouts)."""
+    3-D grids, both forms (the backward passes also the linear kind's), the head-dim blocks of
+    :data:`HEAD_BLOCKS`, every tile width :func:`columns` gives and the configurations
+    :func:`offered` keeps (``tools/kernel_resources.py``). fp16 rows take bf16's numbers
+    (``same_as``: the same layouts)."""
     cases = []
-    for kernel, dtype, is_3d, paper, head in itertools.product(
-            (_fwd_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel), ("fp32", "fp16", "bf16"), (False, True), (False, True),
+    forms = {"official": dict(PAPER=False), "paper": dict(PAPER=True), "linear": dict(PAPER=True)}
+    for kernel, dtype, is_3d, form, head in itertools.product(
+            (_fwd_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel), ("fp32", "fp16", "bf16"), (False, True), forms,
             HEAD_BLOCKS):
+        if kernel is _fwd_kernel and form == "linear":
+            continue
         pointers = {name: f"*{dtype}" for name in INPUT_POINTERS}
         pointers.update({name: "*fp32" for name in FP32_POINTERS})
         for cols in BWD_COLS if kernel is not _fwd_kernel or dtype == "fp32" or head > 32 else FWD_COLS:
-            constexprs = dict(IS_3D=is_3d, PAPER=paper, PRECISION=precision(dtype), COLS=cols, BLOCK_D=head,
+            constexprs = dict(IS_3D=is_3d, **forms[form], PRECISION=precision(dtype), COLS=cols, BLOCK_D=head,
                               BLOCK_DV=head)
-            keep = offered(kernel.tuning.configs, head)
+            if kernel is not _fwd_kernel:
+                constexprs["LINEAR"] = form == "linear"
+            keep = offered(kernel.tuning.configs, head, form == "linear")
             for case, config in zip(tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs),
                                     kernel.tuning.configs):
                 if config in keep:

@@ -103,12 +103,17 @@ def test_op_triton_backend_values_and_gradients(dtype, rtol):
         assert_close(g, w, rtol, name)
 
 
+@pytest.mark.parametrize("fused_max", [None, 0], ids=["fused", "chunked"])
 @pytest.mark.parametrize("grid", [(7, 9), (2, 3, 4)], ids=str)
-def test_op_triton_backward_runs_no_forward(grid, monkeypatch):
-    """The ``'triton'`` backend keeps its forward's numerator and runs the chunked path's backward
-    from it: on the 2-D strip kernels and the 3-D chunked path alike, the backward computes no
-    forward scan (``chunked._paths``), and every gradient (``log_gamma``'s too) is the reference's."""
-    from ppma.ops.polyline_linear_attention_impl import chunked
+def test_op_triton_backward_runs_no_forward(grid, fused_max, monkeypatch):
+    """The ``'triton'`` backend keeps its forward's numerator and starts its backward from it (the
+    fused quadratic passes on these small grids, or, with their bound at 0, the chunked path's):
+    on the 2-D strip kernels and the 3-D chunked path alike, the backward computes no forward
+    scan (``chunked._paths``), and every gradient (``log_gamma``'s too) is the reference's."""
+    from ppma.ops.polyline_linear_attention_impl import chunked, op
+
+    if fused_max is not None:
+        monkeypatch.setattr(op, "FUSED_BACKWARD_MAX_TOKENS", fused_max)
 
     calls = []
     paths = chunked._paths
@@ -169,3 +174,63 @@ def test_bad_strip_and_dtype_are_refused():
         fwd(inputs, strip=12)
     with pytest.raises(ValueError, match="fp32, fp16 or bf16 q"):
         fwd([inputs[0].double(), *inputs[1:]])
+
+
+def _grid_inputs(grid, seed, dtype, batch, heads=2, d=8, dv=5):
+    """Like :func:`make_inputs` on 2-D or 3-D grids: ``(q, k, v, log_alpha, log_beta, log_gamma)``."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.rand(batch, heads, *grid, d, generator=gen) + 0.1 for _ in range(2))
+    v = torch.randn(batch, heads, *grid, dv, generator=gen)
+    decays = [-torch.rand(batch, heads, *grid, generator=gen) * 2 for _ in grid]
+    gamma = decays[0].to(DEVICE) if len(grid) == 3 else None
+    return [t.to(DEVICE) for t in (q.to(dtype), k.to(dtype), v.to(dtype), decays[-1], decays[-2])] + [gamma]
+
+
+# (grid, dtype, batch): odd 2-D grids both ways, a one-row grid, a 3-D grid; fp16 at bf16-like tolerance
+FUSED_CASES = [((7, 9), torch.float32, 2), ((9, 7), torch.float32, 1), ((1, 6), torch.float32, 1),
+               ((2, 3, 4), torch.float32, 1), ((13, 11), torch.float16, 1)]
+
+
+@pytest.mark.parametrize("grid, dtype, batch", FUSED_CASES, ids=str)
+def test_fused_quadratic_backward_matches_reference(grid, dtype, batch):
+    """The vanilla kernel's backward passes without the softmax (``LINEAR``) give the linear
+    kind's gradients from its forward's numerator, every decay's included."""
+    from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_bwd
+    from ppma.ops.polyline_linear_attention_impl import cpu
+
+    inputs = _grid_inputs(grid, 31, dtype, batch)
+    present = [t for t in inputs if t is not None]
+    grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(32)).to(DEVICE)
+    num = cpu.numerator(*[t.float().cpu() if t is not None else None for t in inputs]).contiguous().to(DEVICE)
+    got = linear_attention_quadratic_bwd(grad.to(dtype), num, *inputs)
+    leaves = [t.detach().double().requires_grad_() for t in present]
+    ref = polyline_linear_attention_reference(*leaves[:5], leaves[5] if len(leaves) == 6 else None)
+    want = torch.autograd.grad(ref, leaves, grad.double())
+    assert [g.dtype for g in got] == [t.dtype for t in present]
+    for name, g, w in zip(NAMES[1:] + ["log_gamma"], got, want):
+        if w.abs().max() == 0:  # a one-row grid's log_beta gets no gradient
+            assert g.abs().max() == 0, name
+            continue
+        assert_close(g, w, 1e-5 if dtype == torch.float32 else 5e-3, name)
+
+
+@pytest.mark.parametrize("fused_max, route", [(None, "fused"), (4, "chunked")], ids=["fused", "chunked"])
+def test_op_triton_backward_route(fused_max, route, monkeypatch):
+    """The ``'triton'`` backend's backward: the fused quadratic passes on grids of at most
+    ``FUSED_BACKWARD_MAX_TOKENS`` tokens, else the chunked path's; gradients as the reference's."""
+    from ppma.ops.polyline_linear_attention_impl import op
+
+    if fused_max is not None:
+        monkeypatch.setattr(op, "FUSED_BACKWARD_MAX_TOKENS", fused_max)
+    calls = []
+    for name in ("_fused_backward", "chunked_backward"):
+        original = getattr(op, name)
+        monkeypatch.setattr(op, name, lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
+    inputs = [t.requires_grad_() for t in _grid_inputs((5, 6), 33, torch.float32, 1)[:5]]
+    grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(34)).to(DEVICE)
+    got = torch.autograd.grad(polyline_linear_attention(*inputs, backend="triton"), inputs, grad)
+    assert calls == ["_fused_backward" if route == "fused" else "chunked_backward"]
+    leaves = [t.detach().double().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(polyline_linear_attention_reference(*leaves), leaves, grad.double())
+    for name, g, w in zip(NAMES[1:], got, want):
+        assert_close(g, w, 1e-5, name)

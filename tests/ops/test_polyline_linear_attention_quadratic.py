@@ -4,7 +4,6 @@ between it and the chunked path's backward."""
 import pytest
 import torch
 
-from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.ops import polyline_linear_attention
 from ppma.ops.polyline_linear_attention_impl import chunked, cpu, op, polyline_linear_attention_reference, quadratic
 from ppma.ops.polyline_linear_attention_impl.chunked import _with_ones
@@ -75,14 +74,11 @@ def test_bfloat16_inputs_give_their_dtype_and_fp32_accuracy():
 ROUTES = {"quadratic": ((5, 6), 8, 7), "chunked": ((13, 11), 4, 3), "quadratic 3-D": ((2, 3, 4), 8, 7)}
 
 
-@pytest.mark.parametrize("backend", ["cpu", "triton"])
 @pytest.mark.parametrize("route", ROUTES)
-def test_the_op_takes_the_cheaper_backward(route, backend, monkeypatch):
-    """Through the custom op: the quadratic backward where :func:`cpu.quadratic_is_cheaper` says
-    so, else the chunked one, from the numerator of either backend's forward (``'triton'``: the
-    strip kernels on 2-D grids, the chunked path on 3-D ones); gradients as the reference's."""
-    if backend == "triton" and triton_unavailable_reason("cpu") is not None:
-        pytest.skip("Triton cannot run here: set TRITON_INTERPRET=1 (CI does) or use a GPU")
+def test_the_cpu_backend_takes_the_cheaper_backward(route, monkeypatch):
+    """Through the custom op (``backend='cpu'``): the quadratic backward where
+    :func:`cpu.quadratic_is_cheaper` says so, else the chunked one; gradients as the reference's.
+    (The ``'triton'`` backend's choice: tests/kernels/test_polyline_linear_attention_kernel.py.)"""
     grid, d, dv = ROUTES[route]
     assert cpu.quadratic_is_cheaper(grid, d, dv + 1) == route.startswith("quadratic")
     calls = []
@@ -92,7 +88,7 @@ def test_the_op_takes_the_cheaper_backward(route, backend, monkeypatch):
     inputs = [t if t is None else t.requires_grad_() for t in make_inputs(grid, d=d, dv=dv)]
     present = [t for t in inputs if t is not None]
     grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(1))
-    got = torch.autograd.grad(polyline_linear_attention(*inputs, backend=backend), present, grad)
+    got = torch.autograd.grad(polyline_linear_attention(*inputs, backend="cpu"), present, grad)
     assert calls == ["quadratic_backward" if route.startswith("quadratic") else "chunked_backward"]
     for g, w in zip(got, reference_gradients(inputs, grad)):
         assert relative(g, w) < 1e-5

@@ -17,11 +17,15 @@ Gradients: the ``'torch'`` backend's are the chunked path's own backward (it rec
 chunk's scans and backpropagates through them), reached by ``torch.func.vjp`` (the chunked
 forward runs again first). The ``'cpu'`` and ``'triton'`` ones keep their forward's numerator
 ``num'`` (``(B * heads, *grid, dv + 1)`` fp32, O(N dv)) and start from it
-(:func:`numerator_backward`): on grids where the quadratic form costs less
-(:func:`.cpu.quadratic_is_cheaper`: the last stages of the PPMA-linear backbones) through that
-form's ``N x N`` mask in chunks (:mod:`.quadratic`, batched matmuls), else the chunked path's
-backward (:func:`.chunked.chunked_backward`). :mod:`.reference`, which forms every token's state
-at once, is the oracle of the tests.
+(:func:`numerator_backward`). ``'triton'``: on grids of at most
+:data:`FUSED_BACKWARD_MAX_TOKENS` tokens (every stage of PPMA-linear-T at 224) the quadratic
+form's gradients in the vanilla kind's two fused backward passes without the softmax
+(``ppma.kernels.polyline_attention.vanilla.linear_attention_quadratic_bwd``: O(N^2) work on
+tensor cores, O(N) memory). ``'cpu'``: where the quadratic form costs less
+(:func:`.cpu.quadratic_is_cheaper`: the last stages of the PPMA-linear backbones) that form
+through its ``N x N`` mask in chunks (:mod:`.quadratic`, batched matmuls). Elsewhere the chunked
+path's backward (:func:`.chunked.chunked_backward`). :mod:`.reference`, which forms every
+token's state at once, is the oracle of the tests.
 """
 from __future__ import annotations
 
@@ -59,15 +63,41 @@ def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, ep
     return [torch.empty_like(t) for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
 
 
+# Grids (tokens per image) up to which the 'triton' backend's backward is the fused quadratic
+# passes (ppma.kernels.polyline_attention.vanilla.linear_attention_quadratic_bwd): O(N^2) work on
+# tensor cores, O(N) memory, against the chunked backward's O(N) scans of d x dv' states per token.
+# Stage 1 of PPMA-linear-T at 224 (3,136 tokens, batch 64) is about 0.56 TFLOP in the two passes
+# and 10 G exponentials (a few ms on an H100, to be measured) against 100 ms measured for the
+# chunked backward; the work grows as N^2, so far larger grids keep the chunked one.
+FUSED_BACKWARD_MAX_TOKENS = 64 * 64
+
+
+def _fused_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """The fused quadratic passes on ``q``, ``k``, ``v`` in one dtype (their promotion), the
+    gradients returned in each input's dtype."""
+    from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_bwd
+
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    grads = linear_attention_quadratic_bwd(grad, num, q.to(dtype), k.to(dtype), v.to(dtype), log_alpha, log_beta,
+                                           log_gamma, eps)
+    return [g.to(t.dtype) for g, t in zip(grads, (q, k, v, log_alpha, log_beta, log_gamma))]
+
+
 def numerator_backward(scan: str):
-    """An :class:`~ppma.ops.registry.Impl`'s backward from the forward's numerator ``num'``: the
-    quadratic form's (:func:`.quadratic.quadratic_backward`) where
-    :func:`.cpu.quadratic_is_cheaper` says so for the grid, else the chunked path's with ``scan``
-    (``'blocked'`` or ``'triton'``)."""
+    """An :class:`~ppma.ops.registry.Impl`'s backward from the forward's numerator ``num'``.
+    ``scan='triton'``: on grids of at most :data:`FUSED_BACKWARD_MAX_TOKENS` tokens (fp32, fp16,
+    bf16) the fused quadratic passes (:func:`_fused_backward`); ``scan='blocked'`` (the CPU): the
+    quadratic form in PyTorch (:func:`.quadratic.quadratic_backward`) where
+    :func:`.cpu.quadratic_is_cheaper` says so for the grid. Elsewhere the chunked path's backward
+    with ``scan``."""
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
         args = (grads[0], residuals[0], q, k, v, log_alpha, log_beta, log_gamma, eps)
-        if cpu.quadratic_is_cheaper(tuple(q.shape[2:-1]), q.shape[-1], v.shape[-1] + 1):
+        grid = tuple(q.shape[2:-1])
+        if scan == "triton":
+            if math.prod(grid) <= FUSED_BACKWARD_MAX_TOKENS and torch.float64 not in (q.dtype, k.dtype, v.dtype):
+                return _fused_backward(*args)
+        elif cpu.quadratic_is_cheaper(grid, q.shape[-1], v.shape[-1] + 1):
             return quadratic_backward(*args)
         return chunked_backward(*args, scan=scan)
 
