@@ -10,9 +10,10 @@ is accumulated over chunks of key features ``i`` (and of ``B * heads``): each ch
 (``scan``): ``'blocked'``, the plain-PyTorch :mod:`.blocked_scan` (decay factors built once per
 row chunk); ``'triton'``, the ``'triton'`` kernel of ``polyline_scan``, taken from the registry
 (its forward once, then its backward, per chunk in the backward). At most
-:data:`CHUNK_ELEMENTS` state elements exist at a time (:data:`GPU_CHUNK_ELEMENTS` on a GPU); forward
-and backward keep nothing per chunk. The backward recomputes each chunk's scan and backpropagates through it (``dq_i = gnum' . y_i``, ``dk_i = dx_i . v'``,
-``dv' = sum_i dx_i k_i``, decay gradients summed over chunks), with
+:data:`CHUNK_ELEMENTS` state elements exist at a time (:data:`GPU_CHUNK_ELEMENTS` on a GPU);
+forward and backward keep nothing per chunk. The backward recomputes each chunk's scan and
+backpropagates through it (``dq_i = gnum' . y_i``, ``dk_i = dx_i . v'``, ``dv' = sum_i dx_i
+k_i``, decay gradients summed over chunks), with
 ``gnum' = [g / (den + eps), -(g . out) / (den + eps)]`` for the output gradient ``g``. State and
 sums are fp32 (fp64 for fp64 inputs) whatever the input dtype.
 """

@@ -113,9 +113,10 @@ def _load_cpu() -> Impl:
 def _load_triton() -> Impl:
     """2-D grids of fp32/fp16/bf16 inputs: the strip kernels of
     :mod:`ppma.kernels.polyline_linear_attention`; 3-D grids and fp64: the chunked path with the
-    Triton polyline scan. Either keeps its numerator ``num'``; the backward (no kernel of its own)
-    is :func:`numerator_backward` (the chunked path's with the Triton scan, or on small grids the
-    quadratic form's) from it: no forward runs again."""
+    Triton polyline scan. Either keeps its numerator ``num'``; the backward is
+    :func:`numerator_backward` from it (the fused quadratic passes on grids of at most
+    :data:`FUSED_BACKWARD_MAX_TOKENS` tokens, else the chunked path's with the Triton scan): no
+    forward runs again."""
     from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):

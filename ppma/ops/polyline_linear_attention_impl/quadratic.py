@@ -7,12 +7,13 @@ mask ``L2D = V2H + H2V`` (:func:`dense_numerator`: each path the product of the 
 those of autograd through that product, by ``torch.func.vjp``, for a chunk of ``(batch, head)``
 rows at a time: ``dv' = W^T gnum`` and ``dW = gnum v'^T`` with ``W = (q k^T) * L2D``, ``dq``,
 ``dk`` from ``dW * L2D``, the decays' from ``dW * (q k^T)`` reduced onto the 1-D masks. Every
-step is a batched matmul or an elementwise pass over ``N x N`` (tensor cores on a GPU); no
-per-token ``d x dv'`` state is formed. Per token ``N (3 d + 2 dv')`` multiply-adds against the
-chunked backward's scans of ``d * dv'`` channels, so it is the cheaper one on the grids where the
-quadratic forward is (:func:`.cpu.quadratic_is_cheaper`): the last stages of the PPMA-linear
-backbones. At most ``budget`` mask elements a chunk (one row at least); autograd keeps a few
-tensors of that size.
+step is a batched matmul or an elementwise pass over ``N x N``; no per-token ``d x dv'`` state
+is formed. Per token ``N (3 d + 2 dv')`` multiply-adds against the chunked backward's scans of
+``d * dv'`` channels, so it is the ``'cpu'`` backend's backward on the grids where the quadratic
+forward is the cheaper (:func:`.cpu.quadratic_is_cheaper`): the last stages of the PPMA-linear
+backbones. (On a GPU the ``'triton'`` backend runs the same gradients in fused kernels, which
+store nothing ``N x N``; this form is the benchmark's column beside them.) At most ``budget``
+mask elements a chunk (one row at least); autograd keeps about seven tensors of that size.
 """
 from __future__ import annotations
 
