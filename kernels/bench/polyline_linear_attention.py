@@ -69,12 +69,14 @@ from ppma.ops.polyline_linear_attention_impl import (
     polyline_linear_attention_reference,
 )
 from ppma.ops.polyline_linear_attention_impl.chunked import chunked_backward, chunked_forward
-from ppma.ops.polyline_linear_attention_impl.quadratic import quadratic_backward
+from ppma.ops.polyline_linear_attention_impl.quadratic import GPU_CHUNK_ELEMENTS, quadratic_backward
 from ppma.ops.polyline_linear_attention_impl.tiled import polyline_linear_attention_tiled
 
 SIZES = (224, 512, 768, 1024, 1280)
 # PPMA-linear-T at 224 x 224: (heads, H, W, head dim) of its four stages.
 STAGES = [(4, 56, 56, 16), (4, 28, 28, 32), (8, 14, 14, 32), (16, 7, 7, 32)]
+# The largest N x N mask of one (batch, head) the PyTorch quadratic backward is timed on: a GPU chunk.
+QUADRATIC_MAX_MASK = GPU_CHUNK_ELEMENTS
 STATE_BYTES = 4 + 3 * 4 + 4  # per fp32 state element: formed, scanned (read twice, written), contracted
 CHUNKED_TRITON_SCAN = functools.partial(polyline_linear_attention_chunked, scan="triton")
 MODELS = {
@@ -197,21 +199,28 @@ def op_rows(batch: int, device: torch.device, dtype: torch.dtype, repeat: int) -
     return rows
 
 
-def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
-    """Markdown rows: per stage (fp32, batch ``batch``), the op's backward in its forms, side by
+def stages_at(size: int) -> list[tuple[int, int, int, int]]:
+    """PPMA-linear-T's stages ``(heads, H, W, head dim)`` for a ``size x size`` input (strides 4
+    to 32)."""
+    return [(heads, size // stride, size // stride, d) for (heads, _, _, d), stride in zip(STAGES, (4, 8, 16, 32))]
+
+
+def backward_rows(batch: int, device: torch.device, repeat: int, size: int = 224) -> list[str]:
+    """Markdown rows: per stage of a ``size`` input (fp32, batch ``batch``), the op's backward in its forms, side by
     side, the gradients compared with the first: ``torch.func.vjp`` through the chunked path (its
     forward runs again, then its backward: the backward before the forward kept its numerator),
     and the backwards from the forward's numerator that the ``'cpu'`` and ``'triton'`` backends
     choose between (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`): the
     chunked path's, the quadratic form's in PyTorch and (CUDA) the fused quadratic passes. Scans:
     the Triton kernel on CUDA (the ``'triton'`` backend's), the blocked PyTorch scan on the CPU
-    (the ``'cpu'`` backend's)."""
+    (the ``'cpu'`` backend's). The PyTorch quadratic form runs where one row's ``N x N`` mask has
+    at most :data:`QUADRATIC_MAX_MASK` elements (else ``-``: its tensors would not fit)."""
     cuda = device.type == "cuda"
     scan = "triton" if cuda else "blocked"
     rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | chunked from the numerator (ms) "
             "| quadratic, PyTorch (ms) | fused quadratic, Triton (ms) | the op takes | max gradient difference |",
             "|---|---:|---:|---:|---:|---|---:|"]
-    for heads, hh, ww, d in STAGES:
+    for heads, hh, ww, d in stages_at(size):
         q, k = (torch.rand(batch, heads, hh, ww, d, device=device) for _ in range(2))
         v = torch.randn(batch, heads, hh, ww, d, device=device)
         decays = [-torch.rand(batch, heads, hh, ww, device=device) for _ in range(2)]
@@ -232,10 +241,10 @@ def backward_rows(batch: int, device: torch.device, repeat: int) -> list[str]:
         def fused(inputs=inputs, grad=grad, num=num):
             return linear_attention_quadratic_bwd(grad, num, *inputs)
 
-        forms = (recompute, chunked, quadratic, fused) if cuda else (recompute, chunked, quadratic)
+        forms = [recompute, chunked, quadratic if (hh * ww) ** 2 <= QUADRATIC_MAX_MASK else None, fused if cuda else None]
         want = recompute()
-        gaps = [relative_error(fn(), want) for fn in forms[1:]]
-        times = [f"{median_seconds(fn, device, 1, repeat) * 1e3:.1f}" for fn in forms] + ["-"] * (4 - len(forms))
+        gaps = [relative_error(fn(), want) for fn in forms[1:] if fn is not None]
+        times = ["-" if fn is None else f"{median_seconds(fn, device, 1, repeat) * 1e3:.1f}" for fn in forms]
         if cuda:
             taken = "fused" if hh * ww <= linear_op.FUSED_BACKWARD_MAX_TOKENS else "chunked"
         else:
@@ -293,6 +302,8 @@ def main(argv=None):
     parser.add_argument("--op", action="store_true", help="time the op per stage and path, bf16 (CUDA)")
     parser.add_argument("--backward", action="store_true",
                         help="time the op's backwards (chunked, from the numerator, quadratic) per stage (fp32)")
+    parser.add_argument("--backward-input", type=int, default=224,
+                        help="input size whose stages --backward times (224; larger places where fused and chunked cross)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -309,8 +320,9 @@ def main(argv=None):
         print(f"# the op per stage, bf16, batch {args.batch}; median of {repeat} run(s) after 1 warm-up\n")
         print("\n".join(op_rows(args.batch, device, torch.bfloat16, repeat)) + "\n")
     if args.backward:
-        print(f"# the op's backward per stage, fp32, batch {args.batch}; median of {repeat} run(s)\n")
-        print("\n".join(backward_rows(args.batch, device, repeat)) + "\n")
+        print(f"# the op's backward per stage of a {args.backward_input} input, fp32, batch {args.batch}; "
+              f"median of {repeat} run(s)\n")
+        print("\n".join(backward_rows(args.batch, device, repeat, args.backward_input)) + "\n")
     print("# bytes model of the op's forward, PPMA-linear-T at 224, bf16 inputs\n")
     print("\n".join(traffic_model(args.batch)) + "\n")
     print(f"# backbones (features_only), batch 1, fp32; median of {repeat} run(s) after 1 warm-up\n")
