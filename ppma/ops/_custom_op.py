@@ -67,14 +67,28 @@ def _laid_out_like(out: torch.Tensor, expected: torch.Tensor, what: str) -> torc
     return expected.copy_(out)
 
 
-def _on_meta(value):
-    """``value`` with every tensor (also inside lists and tuples) replaced by a meta tensor of the
-    same shape, strides and dtype: fakes run on it allocate no memory."""
+_TENSOR = object()  # marks a tensor in a :func:`_signature`
+
+
+def _signature(value):
+    """A hashable description of ``value``: every tensor (also inside lists and tuples) as its
+    shape, strides and dtype; other values as they are."""
     if isinstance(value, torch.Tensor):
-        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        return (_TENSOR, tuple(value.shape), value.stride(), value.dtype)
     if isinstance(value, (list, tuple)):
-        return type(value)(_on_meta(v) for v in value)
+        return (type(value), tuple(_signature(v) for v in value))
     return value
+
+
+def _on_meta(signature):
+    """The value a :func:`_signature` describes, with meta tensors of its shapes, strides and
+    dtypes: fakes run on it allocate no memory."""
+    if isinstance(signature, tuple) and signature and signature[0] is _TENSOR:
+        _, shape, stride, dtype = signature
+        return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if isinstance(signature, tuple) and signature and signature[0] in (list, tuple):
+        return signature[0](_on_meta(v) for v in signature[1])
+    return signature
 
 
 def torch_backward(name, arguments, forward, grads, residuals, *args):
@@ -116,11 +130,18 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         residuals = impl_of(backend).residuals_fake(*op_args) if keep else ()
         return list(_as_tuple(fake(*op_args))) + list(residuals)
 
+    @functools.lru_cache(maxsize=64)
+    def expected_gradients(signature) -> tuple:
+        """The gradients ``gradients_fake`` gives, as meta tensors, for the arguments ``signature``
+        describes: the fake runs once per layout of the arguments (meta tensors' factories run
+        in Python, tens of microseconds each), not once per step."""
+        return tuple(gradients_fake(*_on_meta(signature)))
+
     def backward(grads, residuals, *args):
         *op_args, backend = args
         result = impl_of(backend).backward(grads, residuals, *op_args)
         # laid out as the fake says: compiled backward graphs view the gradients with its strides
-        expected = gradients_fake(*_on_meta((grads, residuals, *op_args)))
+        expected = expected_gradients(_signature((grads, residuals, *op_args)))
         return [_laid_out_like(g, e, f"ppma::{name}_backward ({backend})") for g, e in zip(result, expected)]
 
     def backward_fake(grads, residuals, *args):

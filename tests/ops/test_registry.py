@@ -218,3 +218,19 @@ def test_a_kernel_backward_is_laid_out_as_the_backward_fake_says(monkeypatch):
     got = torch.ops.ppma.polyline_scan_backward([torch.randn_like(x)], [], x, la, lb, "both", None, "triton")
     for g, w in zip(got, want):
         assert torch.equal(g, w) and g.is_contiguous() and g.device == w.device
+
+
+def test_the_backward_layouts_follow_each_calls_arguments(monkeypatch):
+    """The fake's layouts are kept per layout of the arguments (the fake runs on meta tensors once
+    per layout): a gradient laid out otherwise in a later call gets its own layout, not the cached
+    one; polyline_scan's ``dx`` takes the incoming gradient's strides."""
+    torch.manual_seed(0)
+    x, la, lb = torch.randn(1, 2, 3, 5, 4), -torch.rand(1, 2, 3, 5), -torch.rand(1, 2, 3, 5)
+    contiguous = torch.randn_like(x)
+    permuted = torch.randn(4, 5, 3, 2, 1).permute(4, 3, 2, 1, 0)  # x's shape, channels outermost
+    backward = lambda grads, residuals, *args: [grads[0].clone(memory_format=torch.contiguous_format), la.clone(),  # noqa: E731
+                                                lb.clone()]
+    monkeypatch.setitem(registry._IMPLEMENTATIONS, ("polyline_scan", "triton"), Impl(None, backward))
+    for grad in (contiguous, permuted, contiguous, permuted):
+        dx, _, _ = torch.ops.ppma.polyline_scan_backward([grad], [], x, la, lb, "both", None, "triton")
+        assert dx.stride() == grad.stride() and torch.equal(dx, grad)
