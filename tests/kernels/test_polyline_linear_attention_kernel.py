@@ -1,7 +1,8 @@
 """The Triton strip kernels of the linear polyline attention (``ppma.kernels.polyline_linear_attention``)
 against the reference, on a GPU or in Triton's interpreter: odd grids, H != W, 1 x W and H x 1, batch 1,
 several strips along both paths, fp32 and fp16; through the op's ``'triton'`` backend, the
-output and every gradient."""
+output and every gradient; and its backward's fused quadratic passes (the vanilla kernel's
+without the softmax) and their route."""
 import pytest
 import torch
 

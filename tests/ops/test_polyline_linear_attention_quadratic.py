@@ -1,6 +1,6 @@
 """The linear kind's backward in the quadratic form against autograd through the reference: odd
-2-D and 3-D grids, batch 1, heads > 1, fp32, fp64 and bf16, row chunks; and the op's choice
-between it and the chunked path's backward."""
+2-D and 3-D grids, batch 1, heads > 1, fp32, fp64 and bf16, row chunks; and the ``'cpu'``
+backend's choice between it and the chunked path's backward."""
 import pytest
 import torch
 
