@@ -206,8 +206,8 @@ def stages_at(size: int) -> list[tuple[int, int, int, int]]:
 
 
 def backward_rows(batch: int, device: torch.device, repeat: int, size: int = 224) -> list[str]:
-    """Markdown rows: per stage of a ``size`` input (fp32, batch ``batch``), the op's backward in its forms, side by
-    side, the gradients compared with the first: ``torch.func.vjp`` through the chunked path (its
+    """Markdown rows: per stage of a ``size`` input (fp32, batch ``batch``), the op's backward in
+    its forms, side by side, the gradients compared with the first: ``torch.func.vjp`` through the chunked path (its
     forward runs again, then its backward: the backward before the forward kept its numerator),
     and the backwards from the forward's numerator that the ``'cpu'`` and ``'triton'`` backends
     choose between (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`): the
