@@ -206,15 +206,16 @@ def stages_at(size: int) -> list[tuple[int, int, int, int]]:
 
 
 def backward_rows(batch: int, device: torch.device, repeat: int, size: int = 224) -> list[str]:
-    """Markdown rows: per stage of a ``size`` input (fp32, batch ``batch``), the op's backward in
-    its forms, side by side, the gradients compared with the first: ``torch.func.vjp`` through the chunked path (its
-    forward runs again, then its backward: the backward before the forward kept its numerator),
-    and the backwards from the forward's numerator that the ``'cpu'`` and ``'triton'`` backends
-    choose between (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`): the
-    chunked path's, the quadratic form's in PyTorch and (CUDA) the fused quadratic passes. Scans:
-    the Triton kernel on CUDA (the ``'triton'`` backend's), the blocked PyTorch scan on the CPU
-    (the ``'cpu'`` backend's). The PyTorch quadratic form runs where one row's ``N x N`` mask has
-    at most :data:`QUADRATIC_MAX_MASK` elements (else ``-``: its tensors would not fit)."""
+    """Markdown rows: per stage of a ``size`` input (fp32, batch ``batch``), the op's backward in its
+    forms, side by side, the gradients compared with the first: ``torch.func.vjp`` through the
+    chunked path (its forward runs again, then its backward: the backward before the forward kept
+    its numerator), and the backwards from the forward's numerator that the ``'cpu'`` and
+    ``'triton'`` backends choose between
+    (:func:`~ppma.ops.polyline_linear_attention_impl.op.numerator_backward`): the chunked path's,
+    the quadratic form's in PyTorch and (CUDA) the fused quadratic passes. Scans: the Triton kernel
+    on CUDA (the ``'triton'`` backend's), the blocked PyTorch scan on the CPU (the ``'cpu'``
+    backend's). The PyTorch quadratic form runs where one row's ``N x N`` mask has at most
+    :data:`QUADRATIC_MAX_MASK` elements (else ``-``: its tensors would not fit)."""
     cuda = device.type == "cuda"
     scan = "triton" if cuda else "blocked"
     rows = ["| stage (B, heads, H, W, d) | vjp through the chunked path (ms) | chunked from the numerator (ms) "
