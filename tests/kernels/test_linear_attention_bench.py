@@ -1,0 +1,34 @@
+"""The linear kind's benchmark script (``kernels/bench/polyline_linear_attention.py``, not an
+installed module): its ``--backward`` rows on the CPU, so that a GPU session does not find the
+table broken. Every form it times agrees with the first, and the route column is the op's."""
+import importlib.util
+
+import torch
+
+from ppma.bench.gpu.kernel_tables import bench_dir
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("linear_attention_bench", bench_dir() / "polyline_linear_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stages_follow_the_input_size():
+    bench = load_bench()
+    assert bench.stages_at(224) == bench.STAGES
+    assert bench.stages_at(64) == [(4, 16, 16, 16), (4, 8, 8, 32), (8, 4, 4, 32), (16, 2, 2, 32)]
+
+
+def test_backward_rows_on_the_cpu():
+    torch.manual_seed(0)
+    bench = load_bench()
+    header, rule, *rows = bench.backward_rows(1, torch.device("cpu"), 1, size=64)
+    assert "fused quadratic" in header and rule.startswith("|---")
+    assert len(rows) == 4
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        chunked_ms, quadratic_ms, fused_ms, taken, gap = cells[2], cells[3], cells[4], cells[5], float(cells[6])
+        assert float(chunked_ms) > 0 and float(quadratic_ms) > 0 and fused_ms == "-"  # no fused passes off CUDA
+        assert taken == "quadratic" and gap < 1e-5  # these small grids take the quadratic form
