@@ -34,6 +34,7 @@ channel and token, before the scan's carried states and decays.
     python kernels/bench/polyline_linear_attention.py --op --sizes    # the models and the op per stage (CUDA)
     python kernels/bench/polyline_linear_attention.py --device cpu --threads 1 --sizes 224 512
     python kernels/bench/polyline_linear_attention.py --backward --sizes   # the backwards, side by side
+    python kernels/bench/polyline_linear_attention.py --step --chunks --sizes   # a training step; one chunk's cost
 
 ``--backward``: per stage, the ``'cpu'`` and ``'triton'`` backends' backward as it first was
 (autograd through the chunked path, whose forward runs again first) and those they now choose
@@ -254,6 +255,83 @@ def backward_rows(batch: int, device: torch.device, repeat: int, size: int = 224
     return rows
 
 
+@contextlib.contextmanager
+def chunked_backward_only():
+    """The op's backward forced onto the chunked path on every grid (the backward before the
+    quadratic and fused forms): no fused passes, the CPU's quadratic form replaced by the chunked
+    backward with the blocked scan."""
+    saved = linear_op.FUSED_BACKWARD_MAX_TOKENS, linear_op.quadratic_backward
+    linear_op.FUSED_BACKWARD_MAX_TOKENS = 0
+    linear_op.quadratic_backward = functools.partial(chunked_backward, scan="blocked")
+    try:
+        yield
+    finally:
+        linear_op.FUSED_BACKWARD_MAX_TOKENS, linear_op.quadratic_backward = saved
+
+
+def step_rows(batch: int, size: int, device: torch.device, repeat: int) -> list[str]:
+    """Markdown rows: one ``ppma_linear_tiny`` training step (fp32, no drop path, forward and
+    backward of the mean output) with the op's backward as it chooses now and forced onto the
+    chunked path (:func:`chunked_backward_only`), in ``repeat`` interleaved rounds after one
+    (medians), and the gradients compared: the largest difference over the largest gradient."""
+    model = timm.create_model("ppma_linear_tiny", drop_path_rate=0.0).to(device).train()
+    x = torch.randn(batch, 3, size, size, device=device)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(x).mean().backward()
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    forms = {"the op's backward now": contextlib.nullcontext, "chunked backward everywhere": chunked_backward_only}
+    times, grads = {label: [] for label in forms}, {}
+    for round_ in range(repeat + 1):
+        for label, context in forms.items():
+            with context():
+                seconds = median_seconds(lambda label=label: grads.__setitem__(label, step()), device, 0, 1)
+            if round_:
+                times[label].append(seconds * 1e3)
+    now, before = grads.values()
+    gap = max((a - b).abs().max() for a, b in zip(now, before)) / max(b.abs().max() for b in before)
+    medians = {label: sorted(t)[len(t) // 2] for label, t in times.items()}
+    rows = ["| backward | step (ms) | ratio | largest gradient difference |", "|---|---:|---:|---:|"]
+    first = next(iter(medians.values()))
+    for label, ms in medians.items():
+        rows.append(f"| {label} | {ms:.0f} | {ms / first:.2f} | {gap.item():.1e} |")
+    return rows
+
+
+def chunk_rows(device: torch.device) -> list[str]:
+    """Markdown rows: what one chunk of the backwards from the numerator costs at PPMA-linear-T's
+    stage 2 (8 rows of 28 x 28 tokens, d = dv = 32, fp32): the aten ops dispatched (a custom op,
+    such as the Triton scan, counts as one) and the peak memory beyond the inputs, in chunk-sized
+    tensors (gradients included), for the chunked backward in 8 chunks and in 1 (the Triton scan on
+    CUDA, the blocked one on the CPU), and for the quadratic form in 8 chunks."""
+    from ppma.bench.step_count import OpCounter
+
+    rows_, n, d = 8, 28 * 28, 32
+    q, k = (torch.rand(1, rows_, 28, 28, d, device=device) for _ in range(2))
+    v = torch.randn(1, rows_, 28, 28, d, device=device)
+    decays = [-torch.rand(1, rows_, 28, 28, device=device) for _ in range(2)]
+    inputs = (q, k, v, *decays)
+    scan = "triton" if device.type == "cuda" else "blocked"
+    out, num = chunked_forward(*inputs, scan=scan)
+    grad = torch.randn_like(out)
+    forms = {f"chunked ({scan} scan), 8 chunks": (chunked_backward, dict(scan=scan), n * d * (d + 1)),
+             f"chunked ({scan} scan), 1 chunk": (chunked_backward, dict(scan=scan), rows_ * n * d * (d + 1)),
+             "quadratic, 8 chunks": (quadratic_backward, {}, n * n)}
+    table = ["| backward | chunks | ops | ops a chunk | peak MiB | peak in chunk-sized tensors |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for label, (backward, options, chunk) in forms.items():
+        def run(backward=backward, options=options, chunk=chunk):
+            return backward(grad, num, *inputs, budget=chunk, **options)
+        with OpCounter() as counter:
+            run()
+        ops, chunks = sum(counter.by_op.values()), rows_ * n * (n if backward is quadratic_backward else d * (d + 1)) // chunk
+        peak = peak_memory(run, device)
+        table.append(f"| {label} | {chunks} | {ops} | {ops / chunks:.0f} | {peak / 2**20:.1f} | {peak / (4 * chunk):.1f} |")
+    return table
+
+
 def traffic_model(batch: int, itemsize: int = 2) -> list[str]:
     """Markdown rows: per stage, the bytes that must move against the chunked path's (module docstring)."""
     rows = ["| stage (B, heads, H, W, d) | must move (MB) | chunked path (MB) | ratio |", "|---|---:|---:|---:|"]
@@ -303,6 +381,11 @@ def main(argv=None):
     parser.add_argument("--op", action="store_true", help="time the op per stage and path, bf16 (CUDA)")
     parser.add_argument("--backward", action="store_true",
                         help="time the op's backwards (chunked, from the numerator, quadratic) per stage (fp32)")
+    parser.add_argument("--step", type=int, nargs="?", const=224, default=None, metavar="SIZE",
+                        help="time a ppma_linear_tiny training step (SIZE x SIZE, default 224), the op's backward "
+                             "now vs the chunked one")
+    parser.add_argument("--chunks", action="store_true",
+                        help="ops and peak memory of one chunk of the backwards from the numerator")
     parser.add_argument("--backward-input", type=int, default=224,
                         help="input size whose stages --backward times (224; larger places where fused and chunked cross)")
     args = parser.parse_args(argv)
@@ -324,6 +407,13 @@ def main(argv=None):
         print(f"# the op's backward per stage of a {args.backward_input} input, fp32, batch {args.batch}; "
               f"median of {repeat} run(s)\n")
         print("\n".join(backward_rows(args.batch, device, repeat, args.backward_input)) + "\n")
+    if args.step:
+        print(f"# a ppma_linear_tiny training step, fp32, {args.batch}x3x{args.step}x{args.step}; median of "
+              f"{repeat} interleaved round(s) after one\n")
+        print("\n".join(step_rows(args.batch, args.step, device, repeat)) + "\n")
+    if args.chunks:
+        print("# one chunk of the backwards from the numerator, PPMA-linear-T's stage 2, fp32\n")
+        print("\n".join(chunk_rows(device)) + "\n")
     print("# bytes model of the op's forward, PPMA-linear-T at 224, bf16 inputs\n")
     print("\n".join(traffic_model(args.batch)) + "\n")
     print(f"# backbones (features_only), batch 1, fp32; median of {repeat} run(s) after 1 warm-up\n")

@@ -32,3 +32,19 @@ def test_backward_rows_on_the_cpu():
         chunked_ms, quadratic_ms, fused_ms, taken, gap = cells[2], cells[3], cells[4], cells[5], float(cells[6])
         assert float(chunked_ms) > 0 and float(quadratic_ms) > 0 and fused_ms == "-"  # no fused passes off CUDA
         assert taken == "quadratic" and gap < 1e-5  # these small grids take the quadratic form
+
+
+def test_step_and_chunk_rows_on_the_cpu():
+    """``--step`` compares the same gradients both ways; ``--chunks`` counts a chunk's ops and
+    its peak in chunk-sized tensors (the quadratic form's and the chunked one's, a few each)."""
+    torch.manual_seed(0)
+    bench = load_bench()
+    *_, now, chunked = bench.step_rows(1, 64, torch.device("cpu"), 1)
+    assert now.split("|")[1].strip() == "the op's backward now" and float(now.split("|")[3]) == 1.0
+    assert float(chunked.split("|")[4]) < 1e-5
+    *_, eight, one, quadratic = bench.chunk_rows(torch.device("cpu"))
+    cells = {name: [float(c) for c in row.split("|")[2:7]] for name, row in
+             (("eight", eight), ("one", one), ("quadratic", quadratic))}
+    assert [cells[name][0] for name in cells] == [8, 1, 8]
+    assert cells["eight"][1] > cells["one"][1] > 0  # every chunk dispatches its own ops
+    assert all(1 < tensors < 20 for *_, tensors in cells.values())

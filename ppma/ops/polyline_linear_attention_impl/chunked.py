@@ -27,11 +27,12 @@ from ..registry import Impl, get_op, implementation
 from .blocked_scan import FACTORS_PER_AXIS, path_scans, scan_factors
 
 # Most state elements one chunk forms, on the CPU: 2^22 (fp32: 16 MB, near the caches). The
-# backward's peak is about a dozen tensors of a chunk's state (10-12 measured on the CPU).
+# backward's peak is 9-12 tensors of a chunk's state (kernels/bench/polyline_linear_attention.py
+# --chunks, which also counts its ops: a few hundred a chunk).
 CHUNK_ELEMENTS = 2**22
-# On a GPU: 2^25 (128 MiB in fp32, a backward peak near 1.5 GiB). A chunk costs about 220 ops on
-# the host, and on the H100 a chunk of 2^22 took 1.6-2.8 ms of the backward whatever its shape
-# (docs/benchmarks.md): chunks of the CPU's size leave the GPU waiting on the host.
+# On a GPU: 2^25 (128 MiB in fp32, a backward peak near 1.5 GiB). On the H100 a chunk of 2^22 took
+# 1.6-2.8 ms of the backward whatever its shape (docs/benchmarks.md): chunks of the CPU's size
+# leave the GPU waiting on the host.
 GPU_CHUNK_ELEMENTS = 2**25
 
 

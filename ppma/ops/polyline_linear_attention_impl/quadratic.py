@@ -13,7 +13,7 @@ is formed. Per token ``N (3 d + 2 dv')`` multiply-adds against the chunked backw
 forward is the cheaper (:func:`.cpu.quadratic_is_cheaper`): the last stages of the PPMA-linear
 backbones. (On a GPU the ``'triton'`` backend runs the same gradients in fused kernels, which
 store nothing ``N x N``; this form is the benchmark's column beside them.) At most ``budget``
-mask elements a chunk (one row at least); autograd keeps about seven tensors of that size.
+mask elements a chunk (one row at least); autograd keeps about nine tensors of that size.
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from .chunked import _with_ones, numerator_gradient
 from .cpu import _laid_out, _path_factor
 
 # Mask elements a chunk: on the CPU as many as its forward's scratch holds (cache-sized); on a GPU
-# 2^24, 64 MiB a tensor in fp32, of which autograd keeps about seven at its peak (under 0.5 GiB),
-# and enough rows for full-size batched matmuls (27 of PPMA-linear-T's stage 2 at 224).
+# 2^24, 64 MiB a tensor in fp32, of which the backward keeps about nine at its peak (near 0.6 GiB;
+# kernels/bench/polyline_linear_attention.py --chunks), and enough rows for full-size batched
+# matmuls (27 of PPMA-linear-T's stage 2 at 224).
 CHUNK_ELEMENTS = 1 << 20
 GPU_CHUNK_ELEMENTS = 1 << 24
 
