@@ -4,7 +4,8 @@ A script (not installed with ``ppma.kernels``). Rows, per input size (batch 1, s
 
 - ``ppma_linear_tiny``: the backbone (``features_only=True``) through
   :func:`ppma.ops.polyline_linear_attention` (backend per ``PPMA_BACKEND``; ``auto``: on CUDA the
-  Triton strip kernels of ``ppma.kernels.polyline_linear_attention``, on CPU the ``cpu`` kernel);
+  fused quadratic kernels on grids of at most 64 x 64 tokens and the Triton strip kernels of
+  ``ppma.kernels.polyline_linear_attention`` on larger ones, on CPU the ``cpu`` kernel);
 - ``ppma_linear_tiny (chunked, triton scan)`` (CUDA only): the op's former ``'triton'`` path, the
   chunked path with the Triton polyline scan over ``d x dv'`` states per token;
 - ``ppma_linear_tiny (tiled)``: the same weights with the op replaced by
@@ -18,12 +19,14 @@ Columns: median inference time, peak memory of an inference forward and (``--tra
 forward + backward, beyond the model and the input. CUDA: the caching allocator's peak; CPU:
 the running sum of the allocations the profiler records (:func:`ppma.kernels.common.timing.peak_memory`).
 
-First, the cost model of the strip kernels' forward (:func:`strip_model`) at PPMA-linear-T's stages
-(224, batch ``--batch``, bf16 inputs, the first configuration's tiles with their padding):
-tensor-core FLOPs against the op's FLOP formula (the O(N) scan form, the registry's count), and
+First, the cost model of the two forward kernels, the strip kernels (:func:`strip_model`) and the
+fused quadratic one (:func:`fused_model`), at PPMA-linear-T's stages (224, batch ``--batch``, bf16
+inputs, the first configuration's tiles with their padding): tensor-core FLOPs against the op's
+FLOP formula (the O(N) scan form, the registry's count), the fused kernel's exponentials, and
 bytes: unique (each tensor through DRAM once) and requested (every tile's loads, the L2's load)
 against the bytes that must move. Then the op's forward and forward + backward per stage for each
-path, with its error against the fp32 reference on the same inputs (``--op``, CUDA). Then a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
+path (the op as it routes, its forward forced onto the strip kernels, the chunked paths), with
+its error against the fp32 reference on the same inputs (``--op``, CUDA). Then a bytes model of the op's forward at PPMA-linear-T's four stages (224 x 224, batch
 ``--batch``, bf16 inputs): the bytes that must move (read ``q``, ``k``, ``v`` and the two decays,
 write the output) against what the chunked path moves. It forms the ``d * (dv + 1)`` state
 channels of every token in fp32 (written once), scans them with the fused 2-D polyline-scan
@@ -52,6 +55,7 @@ import datetime
 import functools
 import math
 import platform
+from unittest import mock
 
 import timm
 import torch
@@ -60,6 +64,7 @@ import ppma  # noqa: F401  (registers the models)
 import ppma.layers.polyline_attention as layer
 from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.timing import median_seconds, peak_memory
+from ppma.kernels.polyline_attention import vanilla
 from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_bwd
 from ppma.kernels.polyline_linear_attention import tiled as strip_kernels
 from ppma.ops import polyline_linear_attention
@@ -143,25 +148,55 @@ def strip_model(batch: int, heads: int, h: int, w: int, d: int, itemsize: int = 
     return {key: value * batch * heads for key, value in total.items()}
 
 
-def strip_model_rows(batch: int, itemsize: int = 2) -> list[str]:
-    """Markdown rows of :func:`strip_model` per stage, against the op's FLOP formula and the bytes
-    that must move."""
+def fused_model(batch: int, heads: int, h: int, w: int, d: int, itemsize: int = 2) -> dict[str, float]:
+    """The fused quadratic forward kernel on ``(batch, heads, h, w, d)`` (``dv = d``), the first
+    configuration's tiles with their padding: ``{'flops'`` (tensor cores), ``'exps'`` (two a query
+    and key), ``'unique'``, ``'requested'}`` (every fixed tile walks every key row in segments of
+    ``COLS`` columns, reading its keys, values and decays)."""
+    block_d = max(16, 1 << (d - 1).bit_length())
+    cols = vanilla.columns(w, backward=False, head=block_d)
+    rows = vanilla.FWD_CONFIGS[0].kwargs["BLOCK"] // cols
+    w_pad = math.ceil(w / cols) * cols
+    tiles = math.ceil(h / rows) * math.ceil(w / cols)
+    queries, keys, tokens = tiles * rows * cols, h * w_pad, h * w
+    pairs = queries * keys
+    decays = 2 * tokens * 4 * 3  # the log-decays read, their fp32 cumulative sums written and read
+    unique = tokens * (3 * d * itemsize + (d + 1) * 4 + d * itemsize) + decays  # q, k, v in; num', out out
+    requested = tokens * d * itemsize + tiles * keys * (2 * d * itemsize + 3 * 4) + tokens * ((d + 1) * 4 + d * itemsize)
+    cost = {"flops": 2 * pairs * 2 * d, "exps": 2 * pairs, "unique": unique, "requested": requested}
+    return {key: value * batch * heads for key, value in cost.items()}
+
+
+def forward_model_rows(batch: int, itemsize: int = 2) -> list[str]:
+    """Markdown rows per stage: :func:`strip_model` and :func:`fused_model` against the op's FLOP
+    formula and the bytes that must move."""
     from ppma.ops.polyline_linear_attention_impl.op import _flops
 
-    rows = ["| stage (B, heads, H, W, d) | op formula GFLOP | strip kernels tensor GFLOP | must move (MB) "
-            "| unique (MB) | requested (MB) |", "|---|---:|---:|---:|---:|---:|"]
+    rows = ["| stage (B, heads, H, W, d) | op formula GFLOP | must move (MB) | strips: tensor GFLOP | strips: unique "
+            "(MB) | strips: requested (MB) | fused: tensor GFLOP | fused: G exp | fused: unique (MB) "
+            "| fused: requested (MB) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for heads, hh, ww, d in STAGES:
         shape = (batch, heads, hh, ww, d)
         formula = sum(_flops(shape, shape, shape, shape[:-1], shape[:-1], None, 1e-6).values())
-        cost = strip_model(batch, heads, hh, ww, d, itemsize)
+        strips = strip_model(batch, heads, hh, ww, d, itemsize)
+        fused = fused_model(batch, heads, hh, ww, d, itemsize)
         minimum = batch * heads * hh * ww * (4 * d * itemsize + 2 * 4)
-        rows.append(f"| {shape} | {formula / 1e9:.1f} | {cost['flops'] / 1e9:.1f} | {minimum / 1e6:.1f} "
-                    f"| {cost['unique'] / 1e6:.1f} | {cost['requested'] / 1e6:.1f} |")
+        rows.append(f"| {shape} | {formula / 1e9:.1f} | {minimum / 1e6:.1f} | {strips['flops'] / 1e9:.1f} "
+                    f"| {strips['unique'] / 1e6:.1f} | {strips['requested'] / 1e6:.1f} | {fused['flops'] / 1e9:.1f} "
+                    f"| {fused['exps'] / 1e9:.2f} | {fused['unique'] / 1e6:.1f} | {fused['requested'] / 1e6:.1f} |")
     return rows
 
 
+def strip_forward(*args, **kwargs):
+    """The op on the ``'triton'`` backend with its forward on the strip kernels at every grid size
+    (the backward as the op chooses)."""
+    with mock.patch.object(linear_op, "FUSED_FORWARD_MAX_TOKENS", 0):
+        return polyline_linear_attention(*args, backend="triton", **kwargs)
+
+
 OP_PATHS = {
-    "triton (strip kernels)": functools.partial(polyline_linear_attention, backend="triton"),
+    "triton (the op: fused quadratic)": functools.partial(polyline_linear_attention, backend="triton"),
+    "triton, strip kernels forward": strip_forward,
     "chunked, triton scan": CHUNKED_TRITON_SCAN,
     "torch (chunked, blocked scan)": functools.partial(polyline_linear_attention, backend="torch"),
 }
@@ -398,8 +433,8 @@ def main(argv=None):
     else:
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# linear kind benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
-    print("# cost model of the strip kernels' forward, PPMA-linear-T at 224, bf16 inputs\n")
-    print("\n".join(strip_model_rows(args.batch)) + "\n")
+    print("# cost model of the forward kernels (strips, fused quadratic), PPMA-linear-T at 224, bf16 inputs\n")
+    print("\n".join(forward_model_rows(args.batch)) + "\n")
     if args.op and device.type == "cuda":
         print(f"# the op per stage, bf16, batch {args.batch}; median of {repeat} run(s) after 1 warm-up\n")
         print("\n".join(op_rows(args.batch, device, torch.bfloat16, repeat)) + "\n")

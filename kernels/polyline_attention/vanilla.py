@@ -38,10 +38,12 @@ program does not own; they are summed over each loop frame in registers and adde
 one ``BLOCK`` vector per frame and program (``T`` additions per position, no float atomics per
 element). ``dGa``, ``dGb``, ``dGc`` become decay gradients by reverse cumulative sums.
 
-The same two passes give the linear kind's gradients in its quadratic form
-(:func:`linear_attention_quadratic_bwd`, ``LINEAR``): no softmax, the weights are the logits
-times ``exp(V2H) + exp(H2V)`` (the paper form with the logits in place of the probabilities),
-and the normalization by the weights' row sums enters through ``dO`` and one statistic per query.
+The same kernels run the linear kind in its quadratic form (``LINEAR``): no softmax, the weights
+are the logits times ``exp(V2H) + exp(H2V)`` (the paper form with the logits in place of the
+probabilities). The forward (:func:`linear_attention_quadratic_fwd`) accumulates the weights'
+products with ``v`` and their row sums, the numerator ``num'``; the two backward passes
+(:func:`linear_attention_quadratic_bwd`) take the normalization by the row sums through ``dO``
+and one statistic per query.
 """
 from __future__ import annotations
 
@@ -174,10 +176,14 @@ def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_
 def _fwd_kernel(
     Q, K, V, Ga, Gb, Gc, O, O1, LSE,
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
-    heads, T, H, W, D, DV,
-    IS_3D: tl.constexpr, PAPER: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
+    heads, T, H, W, D, DV, EPS,
+    IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
 ):
+    """``O``: ``(B, heads, N, dv)`` (strides ``so_*``). Residuals: softmax forms, the log-sum-exps
+    ``LSE`` ``(1 or 2, B*heads, N)`` and (official form) ``O_v2h`` in ``O1`` (``O``'s strides);
+    linear kind (``LINEAR``, with ``PAPER``), the numerator ``num'`` in ``O1``, contiguous
+    ``(B*heads, N, dv + 1)``, and ``out = num'[:dv] / (num'[dv] + EPS)`` in ``O``."""
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
     h = (bh % heads).to(tl.int64)
@@ -217,7 +223,11 @@ def _fwd_kernel(
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
             v2h, h2v = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j,
                                   l_ok, HW, W, IS_3D)
-            if PAPER:
+            if LINEAR:  # no softmax: the weights are the logits times both masks (0 at L's padding)
+                w = s * (tl.exp(v2h) + tl.exp(h2v))
+                l1 += tl.sum(w, 1)
+                acc1 += tl.dot(w.to(v.dtype), v, input_precision=PRECISION)
+            elif PAPER:
                 s = tl.where(l_ok[None, :], s, float("-inf"))
                 m_new = tl.maximum(m1, tl.max(s, 1))
                 scale = tl.exp(m1 - m_new)
@@ -241,19 +251,22 @@ def _fwd_kernel(
                 l2 = l2 * scale + tl.sum(p, 1)
                 acc2 = acc2 * scale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
                 m2 = m_new
-    o1 = acc1 / l1[:, None]
-    if PAPER:
-        out = o1
-    else:
-        out = 0.5 * (o1 + acc2 / l2[:, None])
     out_mask = f_ok[:, None] & (cv[None, :] < DV)
     o_off = b * so_b + h * so_h + f_n[:, None] * so_n + cv[None, :]
-    tl.store(O + o_off, out.to(O.dtype.element_ty), mask=out_mask)
-    # residuals, (1 or 2, B*heads, N) log-sum-exps: the V2H (paper: the only) softmax's, then the H2V one's
-    tl.store(LSE + row + f_n, m1 + tl.log(l1), mask=f_ok)
-    if not PAPER:
-        tl.store(LSE + tl.num_programs(1).to(tl.int64) * N + row + f_n, m2 + tl.log(l2), mask=f_ok)
-        tl.store(O1 + o_off, o1, mask=out_mask)
+    if LINEAR:
+        tl.store(O + o_off, (acc1 / (l1[:, None] + EPS)).to(O.dtype.element_ty), mask=out_mask)
+        num = O1 + (row + f_n) * (DV + 1)
+        tl.store(num[:, None] + cv[None, :], acc1, mask=out_mask)
+        tl.store(num + DV, l1, mask=f_ok)
+    else:
+        o1 = acc1 / l1[:, None]
+        out = o1 if PAPER else 0.5 * (o1 + acc2 / l2[:, None])
+        tl.store(O + o_off, out.to(O.dtype.element_ty), mask=out_mask)
+        # residuals, (1 or 2, B*heads, N) log-sum-exps: the V2H (paper: the only) softmax's, then the H2V one's
+        tl.store(LSE + row + f_n, m1 + tl.log(l1), mask=f_ok)
+        if not PAPER:
+            tl.store(LSE + tl.num_programs(1).to(tl.int64) * N + row + f_n, m2 + tl.log(l2), mask=f_ok)
+            tl.store(O1 + o_off, o1, mask=out_mask)
 
 
 @triton.jit
@@ -537,9 +550,37 @@ def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="of
     _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
         qf, kf, vf, *decays, out, o_v2h, residuals[0],
         *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
-        heads, frames, height, width, d, dv, PAPER=form == "paper", **consts,
+        heads, frames, height, width, d, dv, 0.0, PAPER=form == "paper", LINEAR=False, **consts,
     )
     return out.view(*q.shape[:-1], dv), residuals
+
+
+def linear_attention_quadratic_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6):
+    """The linear kind (``ppma.ops.polyline_linear_attention``) in its quadratic form, by the
+    forward kernel without the softmax (``LINEAR``): ``num' = ((q k^T) * (exp(V2H) + exp(H2V)))
+    @ [v, 1]`` and ``out = num'[:dv] / (num'[dv] + eps)``, O(N^2) work, O(N) memory.
+
+    ``q``, ``k`` ``(B, heads, *grid, d)`` non-negative features, ``v`` ``(B, heads, *grid, dv)``
+    (of mixed dtypes, all run in the promoted one), fp32 log-decays ``(B, heads, *grid)`` on a 2-D
+    or 3-D grid -> ``(out, num')``: ``out`` ``(B, heads, *grid, dv)`` in ``v.dtype`` and ``num'``
+    fp32 ``(B*heads, *grid, dv + 1)`` (what :func:`linear_attention_quadratic_bwd` takes).
+    """
+    _check_dtype(q, k, v)
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    q, k, v_in = q.to(dtype), k.to(dtype), v.to(dtype)
+    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
+    (frames, height, width), consts = _launch_sizes(q, v_in, log_gamma, backward=False)
+    bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
+    qf, kf, vf = _flat(q), _flat(k), _flat(v_in)
+    n = qf.shape[2]
+    out = torch.empty(bsz, heads, n, dv, dtype=dtype, device=v.device)
+    num = torch.empty(bsz * heads, n, dv + 1, dtype=torch.float32, device=v.device)
+    _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
+        qf, kf, vf, *decays, out, num, num,
+        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
+        heads, frames, height, width, d, dv, float(eps), PAPER=True, LINEAR=True, **consts,
+    )
+    return out.view(v.shape).to(v.dtype), num.view(bsz * heads, *q.shape[2:-1], dv + 1)
 
 
 def _softmax_stats(grad, out, residuals, form):
@@ -611,19 +652,20 @@ INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inpu
 FP32_POINTERS = ("Ga", "Gb", "Gc", "O1", "LSE", "DG", "STATS")
 
 
-def offered(configs, head: int, linear: bool = False) -> list[triton.Config]:
-    """The configurations the resource table has rows for at the head-dim block ``head``: fixed
-    tiles of 1,024 to 4,096 ``BLOCK x head`` elements (32 to 128 tokens up to head dim 32, 16 to 64
-    at 64, 16 and 32 at 128: the larger spilled, the smaller only move more loop tiles). The
-    linear kind's passes (``linear``) also 16-token tiles up to head dim 32: on 3-D grids every
-    larger tile of its ``dq`` pass spilled on sm_80 (16-80 bytes)."""
+def offered(configs, head: int, linear: bool = False, cols: int = 16) -> list[triton.Config]:
+    """The configurations the resource table has rows for at the head-dim block ``head`` and tile
+    width ``cols``: fixed tiles of 1,024 to 4,096 ``BLOCK x head`` elements (32 to 128 tokens up to
+    head dim 32, 16 to 64 at 64, 16 and 32 at 128: the larger spilled, the smaller only move more
+    loop tiles) and at least one row. The linear kind's kernels (``linear``) also 16-token tiles up
+    to head dim 32: on 3-D grids every larger tile of its ``dq`` pass spilled on sm_80 (16-80
+    bytes)."""
     smallest = 512 if linear else 1024
-    return [c for c in configs if smallest <= c.kwargs["BLOCK"] * head <= 4096]
+    return [c for c in configs if smallest <= c.kwargs["BLOCK"] * head <= 4096 and c.kwargs["BLOCK"] >= cols]
 
 
 def compile_cases() -> list[tuning.CompileCase]:
     """The three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for fp32, fp16 and bf16, 2-D and
-    3-D grids, both forms (the backward passes also the linear kind's), the head-dim blocks of
+    3-D grids, both forms and the linear kind, the head-dim blocks of
     :data:`HEAD_BLOCKS`, every tile width :func:`columns` gives and the configurations
     :func:`offered` keeps (``tools/kernel_resources.py``). fp16 rows take bf16's numbers
     (``same_as``: the same layouts)."""
@@ -632,17 +674,13 @@ def compile_cases() -> list[tuning.CompileCase]:
     for kernel, dtype, is_3d, form, head in itertools.product(
             (_fwd_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel), ("fp32", "fp16", "bf16"), (False, True), forms,
             HEAD_BLOCKS):
-        if kernel is _fwd_kernel and form == "linear":
-            continue
-        pointers = {name: f"*{dtype}" for name in INPUT_POINTERS}
-        pointers.update({name: "*fp32" for name in FP32_POINTERS})
+        types = {name: f"*{dtype}" for name in INPUT_POINTERS}
+        types.update({name: "*fp32" for name in FP32_POINTERS}, EPS="fp32")
         for cols in BWD_COLS if kernel is not _fwd_kernel or dtype == "fp32" or head > 32 else FWD_COLS:
-            constexprs = dict(IS_3D=is_3d, **forms[form], PRECISION=precision(dtype), COLS=cols, BLOCK_D=head,
-                              BLOCK_DV=head)
-            if kernel is not _fwd_kernel:
-                constexprs["LINEAR"] = form == "linear"
-            keep = offered(kernel.tuning.configs, head, form == "linear")
-            for case, config in zip(tuning.cases_of(kernel, tuning.signature(kernel, pointers), constexprs),
+            constexprs = dict(IS_3D=is_3d, **forms[form], LINEAR=form == "linear", PRECISION=precision(dtype),
+                              COLS=cols, BLOCK_D=head, BLOCK_DV=head)
+            keep = offered(kernel.tuning.configs, head, form == "linear", cols)
+            for case, config in zip(tuning.cases_of(kernel, tuning.signature(kernel, types), constexprs),
                                     kernel.tuning.configs):
                 if config in keep:
                     bf16 = case.name.replace(" | fp16 ", " | bf16 ", 1) if dtype == "fp16" else None

@@ -19,6 +19,8 @@ import functools
 
 import torch
 
+from ._autocast import autocast_as, autocast_dtype, autocast_off
+
 # What the custom op appends to the op's own arguments.
 APPENDED_ARGUMENTS = ("backend", "keep_residuals")
 
@@ -104,7 +106,7 @@ def torch_backward(name, arguments, forward, grads, residuals, *args):
         return _as_tuple(forward(*full))
 
     _, vjp_fn = torch.func.vjp(fn, *[args[i] for i in positions])
-    with torch.autocast(grads[0].device.type, enabled=False):
+    with autocast_off(grads[0].device.type):
         return list(vjp_fn(tuple(grads)))
 
 
@@ -167,7 +169,7 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         ctx.save_for_backward(*residuals, *[op_args[i] for i in ctx.present])
         ctx.output_meta = [(o.shape, o.dtype, o.device) for o in output[:outputs]]
         device_type = op_args[ctx.present[0]].device.type
-        ctx.autocast = (device_type, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
+        ctx.autocast = (device_type, autocast_dtype(device_type))
 
     def backward_formula(ctx, grads):
         saved = ctx.saved_tensors
@@ -178,8 +180,7 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         # an output that took no part in the loss gets a zero gradient, as autograd materializes
         grads = [torch.zeros(shape, dtype=dtype, device=device) if g is None else g
                  for g, (shape, dtype, device) in zip(grads[:outputs], ctx.output_meta)]
-        device_type, enabled, dtype = ctx.autocast
-        with torch.autocast(device_type, dtype=dtype, enabled=enabled):
+        with autocast_as(*ctx.autocast):
             if ctx.backend == "torch":
                 result = impl_of("torch").backward(grads, residuals, *args)
             else:

@@ -178,14 +178,16 @@ def launches(monkeypatch):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="launches through the CPU interpreter")
 def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
-    """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, both forms,
-    1 and 16 states, fp16 and fp64 scans) name rows of the table, with every configuration."""
+    """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, both forms
+    and the linear kind, 1 and 16 states, fp16 and fp64 scans) name rows of the table, with every configuration."""
     for dtype, grid, d in ((torch.float32, (2, 3, 4), 16), (torch.float16, (3, 5), 20)):
         q, k, v = (torch.randn(1, 1, *grid, d).to(dtype) for _ in range(3))
         decays = [-torch.rand(1, 1, *grid) for _ in grid] + [None] * (3 - len(grid))
         for form in ("official", "paper"):
             out, residuals = vanilla.vanilla_attention_fwd(q, k, v, *decays[:3], form=form)
             vanilla.vanilla_attention_bwd(out, out, residuals, q, k, v, *decays[:3], form=form)
+        out, num = vanilla.linear_attention_quadratic_fwd(q.abs(), k.abs(), v, *decays[:3])  # the linear kind
+        vanilla.linear_attention_quadratic_bwd(out, num, q.abs(), k.abs(), v, *decays[:3])
         criss_cross.criss_cross_attention_bwd(v, q, k, v, *decays[:3])
     for n_state, dtype in ((1, torch.float16), (16, torch.float32)):
         u = torch.randn(1, 4, 5).to(dtype)
@@ -202,7 +204,8 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
     for t, variant in launches:
         configs = t.configs
         if t.kernel_id.rsplit(".", 1)[0] == "polyline_attention.vanilla":  # rows at the head-dim block's tiles
-            configs = vanilla.offered(configs, int(variant.split("d<=")[1].split()[0]), " linear " in variant)
+            configs = vanilla.offered(configs, int(variant.split("d<=")[1].split()[0]), " linear " in variant,
+                                      int(variant.split("cols")[1]))
         names = [tuning.row_name(t.kernel_id, variant, config) for config in configs]
         assert names and all(name in table for name in names), variant
 

@@ -1,6 +1,7 @@
 """The linear kind's benchmark script (``kernels/bench/polyline_linear_attention.py``, not an
-installed module): its ``--backward`` rows on the CPU, so that a GPU session does not find the
-table broken. Every form it times agrees with the first, and the route column is the op's."""
+installed module): its ``--backward``, ``--step`` and ``--chunks`` rows on the CPU, so that a GPU
+session does not find the tables broken (every form it times agrees with the first, and the route
+column is the op's), and its forward kernels' cost models."""
 import importlib.util
 
 import torch
@@ -48,3 +49,19 @@ def test_step_and_chunk_rows_on_the_cpu():
     assert [cells[name][0] for name in cells] == [8, 1, 8]
     assert cells["eight"][1] > cells["one"][1] > 0  # every chunk dispatches its own ops
     assert all(1 < tensors < 20 for *_, tensors in cells.values())
+
+
+def test_forward_cost_models():
+    """The fused kernel's model on a grid its tiles cover without padding (32 x 32, d = 32: tiles of
+    two rows of 32 columns), and against the strip kernels' where both are the quadratic form over
+    one strip (stages 2 to 4): one ``q k^T`` for both masks, so half their FLOPs."""
+    bench = load_bench()
+    pairs = 1024 * 1024
+    fused = bench.fused_model(1, 1, 32, 32, 32)
+    assert fused["flops"] == 2 * pairs * 64 and fused["exps"] == 2 * pairs
+    assert fused["unique"] < fused["requested"]
+    for heads, hh, ww, d in bench.STAGES[1:]:
+        strips, fused = bench.strip_model(2, heads, hh, ww, d), bench.fused_model(2, heads, hh, ww, d)
+        assert fused["flops"] == strips["flops"] / 2 and fused["unique"] < strips["unique"]
+    header, rule, *rows = bench.forward_model_rows(64)
+    assert len(rows) == len(bench.STAGES) and header.count("|") == rule.count("|")

@@ -301,10 +301,12 @@ json.dump(out, sys.stdout)
 # (variant, arch): PPMA-T's stage-3 shape in bf16 on sm_80 and sm_90; fp16 3-D on sm_86, the
 # smallest shared memory (the H200 raised OutOfResources in fp32 and fp16); a 3-D backward on
 # sm_80 (the 3-D backward spilled there before issue 33's rework); head dims 128 and 64 (16- and
-# 32-token tiles on 8 and 16 warps), which spilled 16-716 bytes on sm_80/sm_90 with 64-token tiles.
+# 32-token tiles on 8 and 16 warps), which spilled 16-716 bytes on sm_80/sm_90 with 64-token tiles;
+# the linear kind's 3-D kernels on sm_80 (its dq pass spilled there with tiles of 32 tokens or more).
 COMPILED = [["bf16 2d official d<=32 cols16", 80], ["bf16 2d official d<=32 cols16", 90],
             ["fp16 3d official d<=32 cols16", 86], ["bf16 3d paper d<=32 cols16", 80],
-            ["bf16 3d official d<=128 cols16", 80], ["fp32 3d paper d<=64 cols16", 90]]
+            ["bf16 3d official d<=128 cols16", 80], ["fp32 3d paper d<=64 cols16", 90],
+            ["bf16 3d linear d<=32 cols16", 80]]
 SHARED_MEMORY = {80: 166_912, 86: 101_376, 90: 232_448}
 
 

@@ -1,8 +1,9 @@
-"""The Triton strip kernels of the linear polyline attention (``ppma.kernels.polyline_linear_attention``)
-against the reference, on a GPU or in Triton's interpreter: odd grids, H != W, 1 x W and H x 1, batch 1,
-several strips along both paths, fp32 and fp16; through the op's ``'triton'`` backend, the
-output and every gradient; and its backward's fused quadratic passes (the vanilla kernel's
-without the softmax) and their route."""
+"""The Triton kernels of the linear polyline attention against the reference, on a GPU or in
+Triton's interpreter. The strip kernels (``ppma.kernels.polyline_linear_attention``): odd grids,
+H != W, 1 x W and H x 1, batch 1, several strips along both paths, fp32 and fp16. The fused
+quadratic forward and backward (the vanilla kernels without the softmax): odd 2-D grids both ways,
+a one-row grid, a 3-D grid, fp32 and fp16. Through the op's ``'triton'`` backend, on either
+forward route and either backward route: the output and every gradient."""
 import pytest
 import torch
 
@@ -86,9 +87,15 @@ def test_forward_mixed_dtypes_run_promoted():
     assert_close(out, reference(mixed), 1e-5)
 
 
+@pytest.mark.parametrize("fused_max", [None, 0], ids=["fused", "strips"])
 @pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-5), (torch.float16, 1e-2)], ids=["fp32", "fp16"])
-def test_op_triton_backend_values_and_gradients(dtype, rtol):
-    """The op's ``'triton'`` backend: the kernels forward, the chunked path's backward."""
+def test_op_triton_backend_values_and_gradients(dtype, rtol, fused_max, monkeypatch):
+    """The op's ``'triton'`` backend on a small grid: the fused quadratic forward, or, with its
+    bound at 0, the strip kernels; the fused backward passes."""
+    from ppma.ops.polyline_linear_attention_impl import op
+
+    if fused_max is not None:
+        monkeypatch.setattr(op, "FUSED_FORWARD_MAX_TOKENS", fused_max)
     inputs = make_inputs((7, 9), seed=11, dtype=dtype)
     grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(12)).to(DEVICE)
 
@@ -108,12 +115,14 @@ def test_op_triton_backend_values_and_gradients(dtype, rtol):
 @pytest.mark.parametrize("grid", [(7, 9), (2, 3, 4)], ids=str)
 def test_op_triton_backward_runs_no_forward(grid, fused_max, monkeypatch):
     """The ``'triton'`` backend keeps its forward's numerator and starts its backward from it (the
-    fused quadratic passes on these small grids, or, with their bound at 0, the chunked path's):
-    on the 2-D strip kernels and the 3-D chunked path alike, the backward computes no forward
-    scan (``chunked._paths``), and every gradient (``log_gamma``'s too) is the reference's."""
+    fused quadratic kernels on these small grids, or, with their bounds at 0, the 2-D strip
+    kernels and the 3-D chunked path forward and the chunked path's backward): the backward
+    computes no forward scan (``chunked._paths``), and every gradient (``log_gamma``'s too) is the
+    reference's."""
     from ppma.ops.polyline_linear_attention_impl import chunked, op
 
     if fused_max is not None:
+        monkeypatch.setattr(op, "FUSED_FORWARD_MAX_TOKENS", fused_max)
         monkeypatch.setattr(op, "FUSED_BACKWARD_MAX_TOKENS", fused_max)
 
     calls = []
@@ -213,6 +222,62 @@ def test_fused_quadratic_backward_matches_reference(grid, dtype, batch):
             assert g.abs().max() == 0, name
             continue
         assert_close(g, w, 1e-5 if dtype == torch.float32 else 5e-3, name)
+
+
+@pytest.mark.parametrize("grid, dtype, batch", FUSED_CASES, ids=str)
+def test_fused_quadratic_forward_matches_reference(grid, dtype, batch):
+    """The vanilla kernel's forward without the softmax (``LINEAR``): the output and the numerator
+    ``num'`` the backward takes, as the fp64 reference's, in their dtypes and shapes."""
+    from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_fwd
+    from ppma.ops.polyline_linear_attention_impl import cpu
+
+    inputs = _grid_inputs(grid, 35, dtype, batch)
+    out, num = linear_attention_quadratic_fwd(*inputs)
+    fp64 = [t.double() if t is not None else None for t in inputs]
+    want_num = cpu.numerator(*fp64)
+    assert out.dtype == dtype and out.shape == inputs[2].shape
+    assert num.dtype == torch.float32 and num.shape == want_num.shape
+    rtol = 1e-5 if dtype == torch.float32 else 2e-3
+    assert_close(num, want_num, rtol, "num")
+    assert_close(out, polyline_linear_attention_reference(*fp64), rtol)
+
+
+def test_fused_quadratic_forward_mixed_dtypes_and_strided_views():
+    """fp16 features with fp32 values run in fp32 (out fp32); transposed views of ``q``, ``k``,
+    ``v`` with head dims 20 and 9 (padded channel blocks) and a custom ``eps``."""
+    from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_fwd
+
+    inputs = make_inputs((5, 7), seed=36)
+    mixed = [inputs[0].half(), inputs[1].half(), *inputs[2:]]
+    out, _ = linear_attention_quadratic_fwd(*mixed)
+    assert out.dtype == torch.float32
+    assert_close(out, reference(mixed), 1e-5)
+    inputs = make_inputs((9, 11), seed=37, heads=1, d=20, dv=9)
+    views = [t.transpose(2, 3).contiguous().transpose(2, 3) for t in inputs[:3]] + inputs[3:]
+    assert not views[0].is_contiguous()
+    out, _ = linear_attention_quadratic_fwd(*views, eps=0.5)
+    assert_close(out, polyline_linear_attention_reference(*[t.double() for t in inputs], eps=0.5), 1e-5)
+
+
+@pytest.mark.parametrize("grid", [(5, 6), (2, 3, 4)], ids=str)
+@pytest.mark.parametrize("fused_max", [None, 4], ids=["fused", "large grid"])
+def test_op_triton_forward_route(grid, fused_max, monkeypatch):
+    """The ``'triton'`` backend's forward: the fused quadratic kernel on grids of at most
+    ``FUSED_FORWARD_MAX_TOKENS`` tokens, else the strip kernels (2-D) or the chunked path (3-D)."""
+    from ppma.ops.polyline_linear_attention_impl import op
+
+    if fused_max is not None:
+        monkeypatch.setattr(op, "FUSED_FORWARD_MAX_TOKENS", fused_max)
+    calls = []
+    for name in ("_fused_forward", "_strip_forward", "chunked_forward"):
+        original = getattr(op, name)
+        monkeypatch.setattr(op, name, lambda *a, _f=original, _n=name, **kw: calls.append(_n) or _f(*a, **kw))
+    inputs = _grid_inputs(grid, 38, torch.float32, 1)
+    out = polyline_linear_attention(*inputs, backend="triton")
+    large = "_strip_forward" if len(grid) == 2 else "chunked_forward"
+    assert calls == ["_fused_forward" if fused_max is None else large]
+    assert_close(out, polyline_linear_attention_reference(*[t.double() if t is not None else None for t in inputs]),
+                 1e-5)
 
 
 @pytest.mark.parametrize("fused_max, route", [(None, "fused"), (4, "chunked")], ids=["fused", "chunked"])

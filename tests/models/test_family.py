@@ -64,6 +64,18 @@ def test_forward_backward_batch1_h_ne_w(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
+def test_meta_device_forward_backward(family):
+    """On meta tensors (shape inference without memory or compute, as for memory estimates and
+    empty-weight initialization) the model runs forward and backward: the ops' custom ops take
+    their fake implementations and leave autocast alone (meta has none)."""
+    model = timm.create_model(family.test_preset, num_classes=5).to("meta")
+    out = model(torch.empty(2, 3, 52, 68, device="meta"))
+    assert out.shape == (2, 5) and out.device.type == "meta"
+    out.sum().backward()
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=IDS)
 def test_grad_checkpointing_gives_the_same_gradients(family):
     model = timm.create_model(family.test_preset)
     x = torch.randn(1, 3, 36, 44)

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from ppma.ops import polyline_attention, polyline_mask, polyline_scan
+from ppma.ops import polyline_attention, polyline_linear_attention, polyline_mask, polyline_scan
 
 
 def decays(grid, batch=1, heads=2):
@@ -56,3 +56,21 @@ def test_compile_sees_one_node_and_matches_eager(index, monkeypatch):
     assert counter.frame_count == 1
     targets = [str(n.target) for n in counter.graphs[0].graph.nodes if n.op == "call_function"]
     assert [t for t in targets if t.startswith("ppma.")] == [f"ppma.{name}.default"], targets
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (2, 3, 2)], ids=str)
+def test_meta_tensors_run_forward_and_backward(grid):
+    """On meta tensors (shape inference without memory) every op runs through its custom op's fake
+    implementations, forward and backward (meta has no autocast for them to ask about)."""
+    la, lb, lg = (t if t is None else t.detach().to("meta").requires_grad_() for t in decays(grid))
+    q, k, v = (channels(grid, 3).detach().to("meta").requires_grad_() for _ in range(3))
+    runs = [(polyline_mask, (la, lb, "h2v", lg), {}), (polyline_scan, (q, la, lb, "both", lg), {}),
+            (polyline_attention, (q, k, v, la, lb, lg), dict(kind="vanilla")),
+            (polyline_attention, (q, k, v, la, lb, lg), dict(kind="criss_cross")),
+            (polyline_linear_attention, (q, k, v, la, lb, lg), {})]
+    for fn, args, kwargs in runs:
+        out = fn(*args, **kwargs)
+        assert out.device.type == "meta", fn.__name__
+        leaves = [a for a in args if isinstance(a, torch.Tensor)]
+        grads = torch.autograd.grad(out.sum(), leaves, allow_unused=True)
+        assert all(g is None or g.shape == a.shape for g, a in zip(grads, leaves)), fn.__name__

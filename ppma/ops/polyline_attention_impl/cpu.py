@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .._autocast import autocast_inputs
+from .._autocast import autocast_inputs, autocast_off
 from .._scratch import scratch
 from ..polyline_mask_impl.reference import log_mask_1d
 from ..registry import Impl
@@ -324,7 +324,7 @@ def load() -> Impl:
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         if kind == "vanilla":
-            with torch.autocast("cpu", enabled=False):
+            with autocast_off("cpu"):
                 return _vanilla_backward(grads[0].to(v.dtype), q, k, v, log_alpha, log_beta, log_gamma, form)
         tensors = [t for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
 

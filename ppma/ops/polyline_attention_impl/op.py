@@ -13,7 +13,7 @@ import torch
 
 from ppma.kernels.common.runtime import triton_checks
 
-from .._autocast import autocast_inputs
+from .._autocast import autocast_dtype, autocast_inputs
 from .._checks import check_choice, check_decays, check_grid_tensor
 from ..polyline_mask_impl.op import log_mask_flops
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
@@ -55,9 +55,8 @@ def _flops(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
 
 def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
     """Shaped like ``v``, in the dtype its product with the weights has (autocast's when on)."""
-    device_type = v.device.type
-    autocast = v.dtype != torch.float64 and torch.is_autocast_enabled(device_type)
-    return v.new_empty(v.shape, dtype=torch.get_autocast_dtype(device_type) if autocast else v.dtype)
+    autocast = autocast_dtype(v.device.type)
+    return v.new_empty(v.shape, dtype=autocast if autocast is not None and v.dtype != torch.float64 else v.dtype)
 
 
 def _load_triton() -> Impl:

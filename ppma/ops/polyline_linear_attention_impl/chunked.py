@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .._autocast import autocast_off
 from ..polyline_attention_impl.reference import _at_least_fp32
 from ..polyline_scan_impl import op as _polyline_scan  # noqa: F401  (registers the op the triton path runs)
 from ..registry import Impl, get_op, implementation
@@ -244,7 +245,7 @@ def polyline_linear_attention_chunked(
     ``budget`` state elements at a time (one key feature of one ``(batch, head)`` at least;
     default by device, :func:`chunk_elements`);
     ``scan``: ``'blocked'`` (PyTorch) or ``'triton'`` (:func:`ppma.ops.polyline_scan`'s kernel)."""
-    with torch.autocast(q.device.type, enabled=False):  # state and sums stay fp32 under autocast
+    with autocast_off(q.device.type):  # state and sums stay fp32 under autocast
         out, _ = _ChunkedLinearAttention.apply(
             _rows(q), _rows(k), _rows(v), _rows(log_alpha), _rows(log_beta), _rows(log_gamma), eps, budget, scan
         )
@@ -255,7 +256,7 @@ def chunked_forward(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6, budg
     """``(out, num')``: :func:`polyline_linear_attention_chunked` without autograd and its
     numerator ``num'`` ``(B * heads, *grid, dv + 1)`` (fp32; fp64 for fp64 ``v``), which
     :func:`chunked_backward` takes."""
-    with torch.autocast(q.device.type, enabled=False):
+    with autocast_off(q.device.type):
         out, num = _forward(_rows(q), _rows(k), _rows(v), _rows(log_alpha), _rows(log_beta), _rows(log_gamma), eps,
                             budget, scan)
     return out.unflatten(0, v.shape[:2]), num
@@ -274,7 +275,7 @@ def chunked_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, ep
     gradient ``grad`` ``(B, heads, *grid, dv)``, from the forward's numerator ``num'`` (any path's:
     :func:`chunked_forward`'s, the Triton strip kernels'), with the chunked path's backward: no
     forward runs."""
-    with torch.autocast(q.device.type, enabled=False):
+    with autocast_off(q.device.type):
         grads = _backward(_rows(grad), num, _rows(q), _rows(k), _rows(v), _rows(log_alpha), _rows(log_beta),
                           _rows(log_gamma), eps, budget, scan)
     return [g.unflatten(0, v.shape[:2]) for g in grads if g is not None]

@@ -46,6 +46,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .._autocast import autocast_off
 from .._scratch import scratch
 from ..polyline_attention_impl.reference import _at_least_fp32
 from .chunked import _chunks, _with_ones, output_from_numerator
@@ -314,6 +315,6 @@ def linear_attention_cpu(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6,
 def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
     """The CPU :class:`~ppma.ops.registry.Impl`'s forward: ``(out, (num',))``, the numerator kept
     for the backward (which :mod:`.op` chooses)."""
-    with torch.autocast("cpu", enabled=False):
+    with autocast_off("cpu"):
         num = numerator(q, k, v, log_alpha, log_beta, log_gamma).contiguous()  # not a view of padded lines
         return _output(num, v, eps), (num,)

@@ -7,11 +7,15 @@ What each backend runs (none holds the whole grid's ``d x dv`` state):
 - ``'cpu'`` (``auto`` on CPU tensors): :mod:`.cpu`, the quadratic form ``((q k^T) * L2D) v'`` on
   small grids, else the scans of the state as batched matmuls, strip by strip with the states
   carried across strips;
-- ``'triton'`` (``auto`` on CUDA): on 2-D grids (fp32, fp16, bf16) the strip kernels of
+- ``'triton'`` (``auto`` on CUDA), fp32, fp16 and bf16: on grids of at most
+  :data:`FUSED_FORWARD_MAX_TOKENS` tokens (2-D or 3-D; every stage of PPMA-linear-T at 224) the
+  quadratic form ``((q k^T) * L2D) v'`` in the vanilla kind's fused forward kernel without the
+  softmax (``ppma.kernels.polyline_attention.vanilla.linear_attention_quadratic_fwd``: one pass,
+  both masks, O(N^2) work on tensor cores, O(N) memory); on larger 2-D grids the strip kernels of
   :mod:`ppma.kernels.polyline_linear_attention` (the chunked form of linear attention: tensor-core
   tiles inside row strips, per-column states between strips; :mod:`.tiled` is its PyTorch form);
-  on 3-D grids and fp64, the chunked path with :func:`ppma.ops.polyline_scan`'s Triton kernel for
-  the scans of every chunk.
+  on larger 3-D grids and fp64, the chunked path with :func:`ppma.ops.polyline_scan`'s Triton
+  kernel for the scans of every chunk.
 
 Gradients: the ``'torch'`` backend's are the chunked path's own backward (it recomputes each
 chunk's scans and backpropagates through them), reached by ``torch.func.vjp`` (the chunked
@@ -35,6 +39,7 @@ import torch
 
 from ppma.kernels.common.runtime import triton_checks
 
+from .._autocast import autocast_off
 from .._checks import check_decays, check_grid_tensor
 from ..polyline_scan_impl.op import FLOPS_PER_ELEMENT_AXIS_ORDER
 from ..registry import Impl, Kernel, cpu_only, register, select_backend
@@ -70,6 +75,20 @@ def _backward_fake(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, ep
 # and 10 G exponentials (a few ms on an H100, to be measured) against 100 ms measured for the
 # chunked backward; the work grows as N^2, so far larger grids keep the chunked one.
 FUSED_BACKWARD_MAX_TOKENS = 64 * 64
+# Grids up to which the 'triton' backend's forward is the fused quadratic kernel
+# (linear_attention_quadratic_fwd) rather than the strip kernels (2-D) or the chunked path (3-D).
+# The cost model of kernels/bench/polyline_linear_attention.py, PPMA-linear-T at 224, batch 64:
+# at stage 1, 0.21 TFLOP on tensor cores (padding included), 6.6 G exponentials and 0.18 GB
+# through DRAM, against the strip kernels' 0.21 TFLOP and 1.9 GB; at stages 2 to 4, half the strip
+# kernels' FLOPs (one q k^T for both masks) and 2.4x fewer bytes. The same bound as the
+# backward's until a GPU places the crossover (its --op rows).
+FUSED_FORWARD_MAX_TOKENS = 64 * 64
+
+
+def _fused(limit: int, q, k, v) -> bool:
+    """Whether the fused quadratic kernels serve these inputs: at most ``limit`` tokens per image,
+    no fp64."""
+    return math.prod(q.shape[2:-1]) <= limit and torch.float64 not in (q.dtype, k.dtype, v.dtype)
 
 
 def _fused_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma, eps):
@@ -83,6 +102,21 @@ def _fused_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma, eps):
     return [g.to(t.dtype) for g, t in zip(grads, (q, k, v, log_alpha, log_beta, log_gamma))]
 
 
+def _fused_forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
+    """``(out, num')`` by the fused quadratic forward kernel."""
+    from ppma.kernels.polyline_attention.vanilla import linear_attention_quadratic_fwd
+
+    return linear_attention_quadratic_fwd(q, k, v, log_alpha, log_beta, log_gamma, eps)
+
+
+def _strip_forward(q, k, v, log_alpha, log_beta, eps):
+    """``(out, num')`` by the strip kernels (2-D grids)."""
+    from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
+
+    with autocast_off(q.device.type):  # their strip states stay fp32 under autocast
+        return linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps)
+
+
 def numerator_backward(scan: str):
     """An :class:`~ppma.ops.registry.Impl`'s backward from the forward's numerator ``num'``.
     ``scan='triton'``: on grids of at most :data:`FUSED_BACKWARD_MAX_TOKENS` tokens (fp32, fp16,
@@ -93,11 +127,10 @@ def numerator_backward(scan: str):
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, eps):
         args = (grads[0], residuals[0], q, k, v, log_alpha, log_beta, log_gamma, eps)
-        grid = tuple(q.shape[2:-1])
         if scan == "triton":
-            if math.prod(grid) <= FUSED_BACKWARD_MAX_TOKENS and torch.float64 not in (q.dtype, k.dtype, v.dtype):
+            if _fused(FUSED_BACKWARD_MAX_TOKENS, q, k, v):
                 return _fused_backward(*args)
-        elif cpu.quadratic_is_cheaper(grid, q.shape[-1], v.shape[-1] + 1):
+        elif cpu.quadratic_is_cheaper(tuple(q.shape[2:-1]), q.shape[-1], v.shape[-1] + 1):
             return quadratic_backward(*args)
         return chunked_backward(*args, scan=scan)
 
@@ -111,20 +144,21 @@ def _load_cpu() -> Impl:
 
 
 def _load_triton() -> Impl:
-    """2-D grids of fp32/fp16/bf16 inputs: the strip kernels of
-    :mod:`ppma.kernels.polyline_linear_attention`; 3-D grids and fp64: the chunked path with the
-    Triton polyline scan. Either keeps its numerator ``num'``; the backward is
+    """fp32/fp16/bf16 inputs on grids of at most :data:`FUSED_FORWARD_MAX_TOKENS` tokens: the fused
+    quadratic forward kernel; larger 2-D grids: the strip kernels of
+    :mod:`ppma.kernels.polyline_linear_attention`; larger 3-D grids and fp64: the chunked path with
+    the Triton polyline scan. Each keeps its numerator ``num'``; the backward is
     :func:`numerator_backward` from it (the fused quadratic passes on grids of at most
     :data:`FUSED_BACKWARD_MAX_TOKENS` tokens, else the chunked path's with the Triton scan): no
     forward runs again."""
-    from ppma.kernels.polyline_linear_attention import linear_attention_tiled_fwd
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, eps):
-        if log_gamma is not None or q.dtype == torch.float64 or v.dtype == torch.float64:
+        if _fused(FUSED_FORWARD_MAX_TOKENS, q, k, v):
+            out, num = _fused_forward(q, k, v, log_alpha, log_beta, log_gamma, eps)
+        elif log_gamma is not None or torch.float64 in (q.dtype, k.dtype, v.dtype):
             out, num = chunked_forward(q, k, v, log_alpha, log_beta, log_gamma, eps, scan="triton")
         else:
-            with torch.autocast(q.device.type, enabled=False):  # its strip states stay fp32 under autocast
-                out, num = linear_attention_tiled_fwd(q, k, v, log_alpha, log_beta, eps)
+            out, num = _strip_forward(q, k, v, log_alpha, log_beta, eps)
         return out, (num,)
 
     return Impl(forward, numerator_backward("triton"), numerator_fake)
@@ -140,7 +174,8 @@ OP = register(
     backward_fake=_backward_fake,
     flops=_flops,
     kernels=[
-        Kernel("triton", load=_load_triton, **triton_checks(("polyline_scan.decay_scan", "polyline_linear_attention.tiled"))),
+        Kernel("triton", load=_load_triton, **triton_checks(
+            ("polyline_attention.vanilla", "polyline_scan.decay_scan", "polyline_linear_attention.tiled"))),
         Kernel("cpu", cpu_only, _load_cpu),
     ],
 )

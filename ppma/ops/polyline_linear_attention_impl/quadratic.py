@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from .._autocast import autocast_off
 from ..polyline_mask_impl.reference import polyline_mask_1d
 from .chunked import _with_ones, numerator_gradient
 from .cpu import _laid_out, _path_factor
@@ -56,7 +57,7 @@ def quadratic_backward(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, 
     budget = budget or (CHUNK_ELEMENTS if q.device.type == "cpu" else GPU_CHUNK_ELEMENTS)
     acc, batch = num.dtype, v.shape[:2]
     present = [t for t in (log_alpha, log_beta, log_gamma) if t is not None]
-    with torch.autocast(q.device.type, enabled=False):
+    with autocast_off(q.device.type):
         gnum = numerator_gradient(grad.flatten(0, 1).to(acc), num, eps)
         q_rows, k_rows = (t.flatten(0, 1).to(acc) for t in (q, k))
         vp = _with_ones(v.flatten(0, 1), acc)

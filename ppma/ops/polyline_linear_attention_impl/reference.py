@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .._autocast import autocast_off
 from ..polyline_attention_impl.reference import _at_least_fp32
 from ..polyline_scan_impl.reference import polyline_scan_reference
 
@@ -33,7 +34,7 @@ def polyline_linear_attention_reference(
 ) -> torch.Tensor:
     """PyTorch reference of :func:`ppma.ops.polyline_linear_attention` (same contract; no checks)."""
     d, dv = k.shape[-1], v.shape[-1]
-    with torch.autocast(q.device.type, enabled=False):  # its products stay fp32 under autocast too
+    with autocast_off(q.device.type):  # its products stay fp32 under autocast too
         q, k, v_acc = _at_least_fp32(q), _at_least_fp32(k), _at_least_fp32(v)
         state = torch.cat([(k.unsqueeze(-1) * v_acc.unsqueeze(-2)).flatten(-2), k], dim=-1)
         state = polyline_scan_reference(state, log_alpha, log_beta, "both", log_gamma)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .._autocast import autocast_off
 from ..polyline_mask_impl.reference import log_mask_1d
 
 # Lines up to this length are scanned as one matmul with their materialized 1-D mask (fast on
@@ -54,7 +55,7 @@ def polyline_scan_reference(
 
     fp32 inside (fp64 for fp64 ``x``) whatever ``x``'s dtype, autocast or not; the output has
     ``x``'s dtype."""
-    with torch.autocast(x.device.type, enabled=False):  # the 1-D masks' products stay fp32
+    with autocast_off(x.device.type):  # the 1-D masks' products stay fp32
         return _scan_reference(x, log_alpha, log_beta, order, log_gamma)
 
 
