@@ -326,3 +326,44 @@ def test_kernels_compile_and_fit_without_a_gpu():
         assert shared <= SHARED_MEMORY[arch], f"{name} on sm_{arch}: {shared} bytes of shared memory"
         if same_minor(triton.__version__, table_triton()):
             assert spills == 0, f"{name} on sm_{arch}: {spills} bytes of register spills"
+
+
+VECTOR_LOADS = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ppma.kernels.polyline_attention import vanilla
+
+SIZES = ("heads", "T", "H", "W")  # not specialized (do_not_specialize): any grid
+VECTOR = r"ld\.global(?:\.\w+)*\.(v[24])\.|cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (0x8|0x10)\b"
+wanted = json.loads(sys.argv[1])
+out = {}
+for case in vanilla.compile_cases():
+    if case.name in wanted:
+        sig = {**case.signature, **{k: "constexpr" for k in case.constexprs}}
+        attrs = {(case.kernel.arg_names.index(n),): [["tt.divisibility", 16]]
+                 for n, t in case.signature.items() if n not in SIZES and t != "fp32"}
+        compiled = triton.compile(ASTSource(fn=case.kernel, signature=sig, constexprs=case.constexprs, attrs=attrs),
+                                  target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=case.num_warps, num_stages=case.num_stages, **case.options))
+        out[case.name] = sorted({a or b for a, b in re.findall(VECTOR, compiled.asm["ptx"])})
+json.dump(out, sys.stdout)
+"""
+
+
+def test_kernels_load_rows_as_vectors():
+    """The rows of ``q``, ``k``, ``v`` and ``dO`` are loaded as vectors (``ld.global.v2/.v4``, or
+    pipelined ``cp.async`` copies of 8 or 16 bytes) when the JIT specializes contiguous channels
+    (pointers, strides and channel counts divisible by 16), on sm_90: the forward of each form and
+    of the linear kind, and both backward passes of the linear kind, bf16, head dim 32."""
+    names = [f"polyline_attention.vanilla.{kernel} | bf16 2d {form} d<=32 cols{cols} | {config}"
+             for kernel, form, cols, config in (("_fwd_kernel", "official", 32, "BLOCK=64 w4 s2"),
+                                                ("_fwd_kernel", "paper", 32, "BLOCK=64 w4 s2"),
+                                                ("_fwd_kernel", "linear", 32, "BLOCK=64 w4 s2"),
+                                                ("_bwd_dkdv_kernel", "linear", 16, "BLOCK=64 w4 s1"),
+                                                ("_bwd_dq_kernel", "linear", 16, "BLOCK=64 w4 s1"))]
+    found = run_compile_script(VECTOR_LOADS, json.dumps(names))
+    assert sorted(found) == sorted(names), found
+    for name, vectors in found.items():
+        assert vectors, f"{name}: no vector loads in its PTX"
