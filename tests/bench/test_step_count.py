@@ -14,6 +14,7 @@ from ppma.bench.step_count import OpCounter, count_training_step
 # training arrangement (ppma.layers.paths.GPU_PATHS), PPMA_BACKEND=auto (CPU kernels, one op each)
 PINNED = {
     "ppma_tiny": (4852, 1732, 217, 8.02),
+    "ppma_linear_tiny": (5104, 1886, 203, 7.37),
     "vmamba_tiny": (2207, 742, 1, 0.02),
     "vim_tiny": (7198, 3289, 144, 8.37),
     "mila_tiny": (5982, 2138, 117, 7.11),
