@@ -73,7 +73,7 @@ def train(root: Path, case: str, work: str, *extra) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "tools" / "train.py"), str(ROOT / "mm_configs" / config),
                              "--work-dir", work, *extra, "--cfg-options", *options, *loaders, *SEEDED], cwd=root,
                             env={**env, **threads, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def finish(process: subprocess.Popen) -> str:
@@ -98,8 +98,19 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, case):
     while not latest.exists() and killed.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert killed.poll() is None, "the run ended before it could be killed"
-    killed.send_signal(signal.SIGKILL)  # its loader workers see their parent die and exit
+    # The whole job, as a scheduler kills it: loader workers whose parent alone is killed can wait
+    # forever at exit for it to take the tensors they sent (their processes outlived the suite).
+    os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.killpg(killed.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a process of the killed run outlived it")
     assert latest.read_text().strip().endswith(first) and not (tmp_path / "killed" / last).exists()
     full = train(tmp_path, case, "full")
     assert resumed in finish(train(tmp_path, case, "killed", "--resume"))
