@@ -530,6 +530,22 @@ def residual_shapes(q_shape, dv: int, form: str) -> list[tuple[int, ...]]:
     return [(2, bsz * heads, n), (bsz, heads, n, dv)]
 
 
+def _forward(q, k, v, log_alpha, log_beta, log_gamma, o1, lse, eps: float, paper: bool, linear: bool):
+    """The forward kernel on ``q``, ``k``, ``v`` (one dtype) writing its fp32 ``o1`` and ``lse``
+    (:func:`_fwd_kernel`'s ``O1``, ``LSE``) -> ``out`` ``(B, heads, N, dv)`` in ``v``'s dtype."""
+    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
+    (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=False)
+    bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
+    qf, kf, vf = _flat(q), _flat(k), _flat(v)
+    out = torch.empty(bsz, heads, qf.shape[2], dv, dtype=v.dtype, device=v.device)
+    _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
+        qf, kf, vf, *decays, out, o1, lse,
+        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
+        heads, frames, height, width, d, dv, eps, PAPER=paper, LINEAR=linear, **consts,
+    )
+    return out
+
+
 def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Vanilla polyline attention (``ppma.ops.polyline_attention(kind='vanilla')``).
 
@@ -539,20 +555,11 @@ def vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, form="of
     :func:`vanilla_attention_bwd` (:func:`residual_shapes`).
     """
     _check_dtype(q, k, v)
-    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
-    (frames, height, width), consts = _launch_sizes(q, v, log_gamma, backward=False)
-    bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
-    qf, kf, vf = _flat(q), _flat(k), _flat(v)
-    n = qf.shape[2]
-    out = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=v.device)
-    residuals = tuple(torch.empty(s, dtype=torch.float32, device=q.device) for s in residual_shapes(q.shape, dv, form))
-    o_v2h = residuals[1] if form != "paper" else out  # the paper form writes no O_v2h
-    _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
-        qf, kf, vf, *decays, out, o_v2h, residuals[0],
-        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
-        heads, frames, height, width, d, dv, 0.0, PAPER=form == "paper", LINEAR=False, **consts,
-    )
-    return out.view(*q.shape[:-1], dv), residuals
+    residuals = tuple(torch.empty(s, dtype=torch.float32, device=q.device)
+                      for s in residual_shapes(q.shape, v.shape[-1], form))
+    o_v2h = residuals[-1]  # the paper form writes no O_v2h (nor reads this)
+    out = _forward(q, k, v, log_alpha, log_beta, log_gamma, o_v2h, residuals[0], 0.0, form == "paper", False)
+    return out.view(v.shape), residuals
 
 
 def linear_attention_quadratic_fwd(q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6):
@@ -567,20 +574,11 @@ def linear_attention_quadratic_fwd(q, k, v, log_alpha, log_beta, log_gamma=None,
     """
     _check_dtype(q, k, v)
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
-    q, k, v_in = q.to(dtype), k.to(dtype), v.to(dtype)
-    decays = cumulative_decays(log_alpha, log_beta, log_gamma)
-    (frames, height, width), consts = _launch_sizes(q, v_in, log_gamma, backward=False)
-    bsz, heads, d, dv = q.shape[0], q.shape[1], q.shape[-1], v.shape[-1]
-    qf, kf, vf = _flat(q), _flat(k), _flat(v_in)
-    n = qf.shape[2]
-    out = torch.empty(bsz, heads, n, dv, dtype=dtype, device=v.device)
-    num = torch.empty(bsz * heads, n, dv + 1, dtype=torch.float32, device=v.device)
-    _fwd_kernel[lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)](
-        qf, kf, vf, *decays, out, num, num,
-        *qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *out.stride()[:3],
-        heads, frames, height, width, d, dv, float(eps), PAPER=True, LINEAR=True, **consts,
-    )
-    return out.view(v.shape).to(v.dtype), num.view(bsz * heads, *q.shape[2:-1], dv + 1)
+    bh, grid, dv = q.shape[0] * q.shape[1], q.shape[2:-1], v.shape[-1]
+    num = torch.empty(bh, math.prod(grid), dv + 1, dtype=torch.float32, device=v.device)
+    out = _forward(q.to(dtype), k.to(dtype), v.to(dtype), log_alpha, log_beta, log_gamma, num, num, float(eps),
+                   True, True)
+    return out.view(v.shape).to(v.dtype), num.view(bh, *grid, dv + 1)
 
 
 def _softmax_stats(grad, out, residuals, form):
