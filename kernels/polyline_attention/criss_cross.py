@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from .decays import decay_gradient
 from .line import line_attention_bwd, line_attention_fwd
-from .vanilla import _check_dtype, decay_gradient
+from .vanilla import _check_dtype
 
 
 def _to_lines(t: torch.Tensor, axis: int) -> torch.Tensor:

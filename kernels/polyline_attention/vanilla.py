@@ -36,7 +36,13 @@ column block) and writes them to a slot of its own; the launcher sums the slots.
 exception, 3-D grids only: the terms at ``(frame of L, row and column of F)`` land in frames the
 program does not own; they are summed over each loop frame in registers and added atomically,
 one ``BLOCK`` vector per frame and program (``T`` additions per position, no float atomics per
-element). ``dGa``, ``dGb``, ``dGc`` become decay gradients by reverse cumulative sums.
+element). ``dGa``, ``dGb``, ``dGc`` are the slots' sums, and the decay gradients their reverse
+cumulative sums (:mod:`.decays`, one launch, as the cumulative decays are).
+
+Launches: a forward is the cumulative decays and the forward kernel; a backward the statistics
+(:func:`_softmax_stats_kernel`, FlashAttention-2's preprocess; the linear kind's
+:func:`_linear_stats_kernel`), the cumulative decays, the two passes, the decay gradients and the
+zero fill of the slots: no PyTorch arithmetic between the kernels.
 
 The same kernels run the linear kind in its quadratic form (``LINEAR``): no softmax, the weights
 are the logits times ``exp(V2H) + exp(H2V)`` (the paper form with the logits in place of the
@@ -56,6 +62,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
+from .decays import cumulative_decays, decay_gradients
 from .launch import channel_blocks, head_bucket, precision
 
 # Fixed tiles of BLOCK tokens (the autotuner's choice; the interpreter runs the first) on rows of
@@ -481,27 +488,90 @@ def _bwd_dq_kernel(
              mask=f_ok[:, None] & (c[None, :] < D))
 
 
+# The statistics kernels: one configuration, tiles of 2,048 fp32 values (:func:`_stats_tile`).
+STATS_CONFIGS = [triton.Config({}, num_warps=4, num_stages=1)]
+
+
+def _stats_tile(dv: int) -> dict[str, int]:
+    """``BLOCK_DV`` and ``BLOCK_N``, the statistics kernels' tile of ``BLOCK_N`` rows of ``dv``
+    values: 2,048 elements (at 128 rows of 128 channels the fp32 rows spilled)."""
+    block = channel_blocks(dv, dv)["BLOCK_DV"]
+    return dict(BLOCK_DV=block, BLOCK_N=max(16, 2048 // block))
+
+
+def _stats_variant(args) -> str:
+    """``'bf16 official dv<=32'``: the resource table's name of a statistics kernel's launch."""
+    form = "" if "PAPER" not in args else " paper" if args["PAPER"] else " official"
+    return f"{args['DO'][1:]}{form} dv<={args['BLOCK_DV']}"
+
+
+@tuning.autotune(STATS_CONFIGS, key=["N"], variant=_stats_variant)
+@triton.jit(do_not_specialize=["N"])
+def _softmax_stats_kernel(
+    DO, O, O1, LSE, STATS, sdo_b, sdo_h, sdo_n, so_b, so_h, so_n, heads, N, DV,
+    PAPER: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The backward passes' ``STATS`` from the forward's residuals: per softmax (V2H, then H2V; the
+    paper form's one twice) its log-sum-exp from ``LSE`` and ``D = rowsum(dO_s * O_s)``, where
+    ``dO_s`` is the part of ``dO`` that reaches that softmax's output ``O_s``: official,
+    ``D_v2h = 0.5 dO . O_v2h`` (``O1``, contiguous fp32) and ``D_h2v = dO . out - D_v2h``
+    (``O_h2v = 2 out - O_v2h``); paper, ``dO . out``."""
+    bh = tl.program_id(1)
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = n < N
+    c = tl.arange(0, BLOCK_DV)
+    do = _load_rows(DO + (bh // heads) * sdo_b + (bh % heads) * sdo_h, n, ok, sdo_n, c, DV).to(tl.float32)
+    out = _load_rows(O + (bh // heads) * so_b + (bh % heads) * so_h, n, ok, so_n, c, DV).to(tl.float32)
+    d_out = tl.sum(do * out, axis=1)
+    row = bh.to(tl.int64) * N + n
+    plane = tl.num_programs(1).to(tl.int64) * N
+    lse_v2h = tl.load(LSE + row, mask=ok)
+    if PAPER:
+        lse_h2v = lse_v2h
+        d_v2h = d_out
+        d_h2v = d_out
+    else:
+        lse_h2v = tl.load(LSE + plane + row, mask=ok)
+        d_v2h = 0.5 * tl.sum(do * _load_rows(O1 + bh.to(tl.int64) * N * DV, n, ok, DV, c, DV), axis=1)
+        d_h2v = d_out - d_v2h
+    tl.store(STATS + row, lse_v2h, mask=ok)
+    tl.store(STATS + plane + row, d_v2h, mask=ok)
+    tl.store(STATS + 2 * plane + row, lse_h2v, mask=ok)
+    tl.store(STATS + 3 * plane + row, d_h2v, mask=ok)
+
+
+@tuning.autotune(STATS_CONFIGS, key=["N"], variant=_stats_variant)
+@triton.jit(do_not_specialize=["N"])
+def _linear_stats_kernel(
+    GRAD, NUM, DO, STATS, sg_b, sg_h, sg_n, heads, N, DV, eps,
+    BLOCK_DV: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The linear kind's ``dO = grad / den`` (``DO``: contiguous, ``v``'s dtype) and ``STATS``
+    (row 1: ``-(dO . out)``, the gradient of the ones column; the others 0) from the forward's
+    ``num'`` (``NUM``: contiguous fp32 ``(B*heads, N, dv + 1)``), ``out = num'[:dv] / den`` and
+    ``den = num'[dv] + eps``."""
+    bh = tl.program_id(1)
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = n < N
+    c = tl.arange(0, BLOCK_DV)
+    row = bh.to(tl.int64) * N + n
+    den = tl.load(NUM + row * (DV + 1) + DV, mask=ok, other=1.0) + eps
+    g = _load_rows(GRAD + (bh // heads) * sg_b + (bh % heads) * sg_h, n, ok, sg_n, c, DV).to(tl.float32)
+    g = g / den[:, None]
+    num = _load_rows(NUM + bh.to(tl.int64) * N * (DV + 1), n, ok, DV + 1, c, DV)
+    tl.store(DO + row[:, None] * DV + c[None, :], g.to(DO.dtype.element_ty), mask=ok[:, None] & (c[None, :] < DV))
+    plane = tl.num_programs(1).to(tl.int64) * N
+    zero = tl.zeros([BLOCK_N], dtype=tl.float32)
+    tl.store(STATS + row, zero, mask=ok)
+    tl.store(STATS + plane + row, -tl.sum(g * num, axis=1) / den, mask=ok)
+    tl.store(STATS + 2 * plane + row, zero, mask=ok)
+    tl.store(STATS + 3 * plane + row, zero, mask=ok)
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """``(B, heads, *grid, C)`` -> ``(B, heads, N, C)`` with contiguous channels (a view when possible)."""
     t = t.flatten(2, -2)
     return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def cumulative_decays(log_alpha, log_beta, log_gamma):
-    """``(Ga, Gb, Gc)``: fp32 ``(B*heads, N)`` cumulative sums of the negated log-decays along W, H
-    (and T); ``Gc`` is ``Gb`` on a 2-D grid (unused there)."""
-    ga = (-log_alpha.float()).cumsum(-1).flatten(2).flatten(0, 1).contiguous()
-    gb = (-log_beta.float()).cumsum(-2).flatten(2).flatten(0, 1).contiguous()
-    gc = gb if log_gamma is None else (-log_gamma.float()).cumsum(-3).flatten(2).flatten(0, 1).contiguous()
-    return ga, gb, gc
-
-
-def decay_gradient(dg: torch.Tensor, axis: int) -> torch.Tensor:
-    """The log-decay gradient from ``dg`` = d loss / d G, fp32 ``(B, heads, *grid)``, where
-    ``G = cumsum(-log_decay, axis)``: ``-`` the reverse cumulative sum, zero at index 0 (unused)."""
-    grad = -dg.flip(axis).cumsum(axis).flip(axis)
-    grad.narrow(axis, 0, 1).zero_()
-    return grad.contiguous()
 
 
 def _check_dtype(q, k, v):
@@ -581,26 +651,25 @@ def linear_attention_quadratic_fwd(q, k, v, log_alpha, log_beta, log_gamma=None,
     return out.view(v.shape).to(v.dtype), num.view(bh, *grid, dv + 1)
 
 
-def _softmax_stats(grad, out, residuals, form):
-    """The backward's ``(4, B*heads, N)`` fp32 statistics from the forward's residuals: per softmax
-    (V2H, then H2V; the paper form's one softmax twice) its log-sum-exp and ``D = rowsum(dO * O)``,
-    where ``dO`` is the part of ``grad`` that reaches that softmax's output."""
-    do, out = _flat(grad).float(), _flat(out).float()
-    lse = residuals[0]
-    if form == "paper":
-        stats = [lse[0], (do * out).sum(-1).flatten(0, 1)]
-        return torch.stack(stats * 2)
-    o_v2h = residuals[1]
-    d_v2h = 0.5 * (do * o_v2h).sum(-1).flatten(0, 1)
-    d_h2v = 0.5 * (do * (2 * out - o_v2h)).sum(-1).flatten(0, 1)
-    return torch.stack([lse[0], d_v2h, lse[1], d_h2v])
+def _softmax_stats(do, out, residuals, form):
+    """The backward's ``(4, B*heads, N)`` fp32 statistics (:func:`_softmax_stats_kernel`) for ``dO``
+    ``do`` from the forward's ``out`` and residuals."""
+    dof, outf = _flat(do), _flat(out)
+    bsz, heads, n, dv = outf.shape
+    stats = torch.empty(4, bsz * heads, n, dtype=torch.float32, device=out.device)
+    lse, o_v2h = residuals[0], residuals[-1]  # the paper form's O1 is its LSE, unread
+    _softmax_stats_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), bsz * heads)](
+        dof, outf, o_v2h, lse, stats, *dof.stride()[:3], *outf.stride()[:3], heads, n, dv,
+        PAPER=form == "paper", **_stats_tile(dv))
+    return stats
 
 
 def vanilla_attention_bwd(grad, out, residuals, q, k, v, log_alpha, log_beta, log_gamma=None, form="official"):
     """Gradients ``[dq, dk, dv, dlog_alpha, dlog_beta(, dlog_gamma)]`` of :func:`vanilla_attention_fwd`
     for the output gradient ``grad``, from its ``out`` and ``residuals`` (no forward kernel runs)."""
-    stats = _softmax_stats(grad, out, residuals, form)
-    return _backward(grad.to(v.dtype), stats, q, k, v, log_alpha, log_beta, log_gamma, form == "paper", False)
+    do = grad.to(v.dtype)
+    stats = _softmax_stats(do, out, residuals, form)
+    return _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, form == "paper", False)
 
 
 def linear_attention_quadratic_bwd(grad, num, q, k, v, log_alpha, log_beta, log_gamma=None, eps=1e-6):
@@ -611,11 +680,13 @@ def linear_attention_quadratic_bwd(grad, num, q, k, v, log_alpha, log_beta, log_
     ``num'`` (fp32 ``(B * heads, *grid, dv + 1)``); ``grad`` ``(B, heads, *grid, dv)``. The passes
     take ``dO = grad / den`` and, as the statistic the softmax's ``D`` takes, the gradient of the
     ones column, ``-(dO . out)`` per query (``den = num'[dv] + eps``)."""
-    den = num[..., -1:] + eps
-    g = grad.flatten(0, 1).float() / den
-    stats = torch.zeros(4, num.shape[0], math.prod(num.shape[1:-1]), dtype=torch.float32, device=num.device)
-    stats[1] = -(g * num[..., :-1] / den).sum(-1).flatten(1)
-    do = g.to(v.dtype).unflatten(0, v.shape[:2])
+    gradf, bh, dv = _flat(grad), num.shape[0], v.shape[-1]
+    n = gradf.shape[2]
+    num = num.reshape(bh, n, dv + 1).contiguous()
+    do = torch.empty(*v.shape[:2], n, dv, dtype=v.dtype, device=v.device)
+    stats = torch.empty(4, bh, n, dtype=torch.float32, device=num.device)
+    _linear_stats_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), bh)](
+        gradf, num, do, stats, *gradf.stride()[:3], v.shape[1], n, dv, float(eps), **_stats_tile(dv))
     return _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, True, True)
 
 
@@ -631,19 +702,14 @@ def _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, paper: bool, l
     dk = torch.empty(bsz, heads, n, d, dtype=k.dtype, device=q.device)
     dvv = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=q.device)
     slots = 2 + triton.cdiv(width, consts["COLS"])  # each pass's: own tokens, 3-D atomic terms, column blocks
-    dgs = [torch.zeros(slots, 3, bsz * heads, n, dtype=torch.float32, device=q.device) for _ in range(2)]
+    dg = torch.zeros(2 * slots, 3, bsz * heads, n, dtype=torch.float32, device=q.device)
     grid = lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)  # noqa: E731
     strides = (*qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3])
     sizes = (heads, frames, height, width, d, dv)
     forms = dict(PAPER=paper, LINEAR=linear)
-    _bwd_dkdv_kernel[grid](qf, kf, vf, dof, *decays, dgs[0], stats, dk, dvv, *strides, *sizes, **forms, **consts)
-    _bwd_dq_kernel[grid](qf, kf, vf, dof, *decays, dgs[1], stats, dq, *strides, *sizes, **forms, **consts)
-    dg = (dgs[0].sum(0) + dgs[1].sum(0)).view(3, *log_alpha.shape)
-    grads = [dq.view(q.shape), dk.view(k.shape), dvv.view(v.shape),
-             decay_gradient(dg[0], -1), decay_gradient(dg[1], -2)]
-    if log_gamma is not None:
-        grads.append(decay_gradient(dg[2], -3))
-    return grads
+    _bwd_dkdv_kernel[grid](qf, kf, vf, dof, *decays, dg[:slots], stats, dk, dvv, *strides, *sizes, **forms, **consts)
+    _bwd_dq_kernel[grid](qf, kf, vf, dof, *decays, dg[slots:], stats, dq, *strides, *sizes, **forms, **consts)
+    return [dq.view(q.shape), dk.view(k.shape), dvv.view(v.shape), *decay_gradients(dg, log_alpha, log_gamma)]
 
 
 INPUT_POINTERS = ("Q", "K", "V", "O", "DO", "DK", "DV_PTR", "DQ")  # in the inputs' dtype; the other pointers fp32
@@ -665,8 +731,9 @@ def compile_cases() -> list[tuning.CompileCase]:
     """The three kernels (forward, ``dk``/``dv`` pass, ``dq`` pass) for fp32, fp16 and bf16, 2-D and
     3-D grids, both forms and the linear kind, the head-dim blocks of
     :data:`HEAD_BLOCKS`, every tile width :func:`columns` gives and the configurations
-    :func:`offered` keeps (``tools/kernel_resources.py``). fp16 rows take bf16's numbers
-    (``same_as``: the same layouts)."""
+    :func:`offered` keeps; the two statistics kernels for the same dtypes and channel blocks of 16
+    and up (``tools/kernel_resources.py``). fp16 rows take bf16's numbers (``same_as``: the same
+    layouts)."""
     cases = []
     forms = {"official": dict(PAPER=False), "paper": dict(PAPER=True), "linear": dict(PAPER=True)}
     for kernel, dtype, is_3d, form, head in itertools.product(
@@ -683,4 +750,13 @@ def compile_cases() -> list[tuning.CompileCase]:
                 if config in keep:
                     bf16 = case.name.replace(" | fp16 ", " | bf16 ", 1) if dtype == "fp16" else None
                     cases.append(dataclasses.replace(case, same_as=bf16))
+    for dtype, block in itertools.product(("fp32", "fp16", "bf16"), (16, *HEAD_BLOCKS)):
+        twin = dtype == "fp16"
+        for paper in (False, True):
+            types = dict(DO=f"*{dtype}", O=f"*{dtype}", O1="*fp32", LSE="*fp32", STATS="*fp32")
+            cases += tuning.cases_of(_softmax_stats_kernel, tuning.signature(_softmax_stats_kernel, types),
+                                     dict(PAPER=paper, **_stats_tile(block)), fp16_as_bf16=twin)
+        types = dict(GRAD=f"*{dtype}", NUM="*fp32", DO=f"*{dtype}", STATS="*fp32")
+        signature = {**tuning.signature(_linear_stats_kernel, types), "eps": "fp32"}
+        cases += tuning.cases_of(_linear_stats_kernel, signature, _stats_tile(block), fp16_as_bf16=twin)
     return cases

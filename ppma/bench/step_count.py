@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 COPY_OPS = ("aten::copy_", "aten::clone", "aten::_to_copy")
 # Ops that allocate or describe memory without running a kernel.
 NO_KERNEL_OPS = ("aten::empty", "aten::empty_like", "aten::empty_strided", "aten::empty_permuted",
-                 "aten::detach", "aten::_local_scalar_dense", "aten::lift_fresh")
+                 "aten::detach", "aten::_local_scalar_dense", "aten::lift_fresh", "aten::promote_types")
 
 
 @dataclasses.dataclass

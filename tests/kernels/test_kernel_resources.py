@@ -198,12 +198,12 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         x, ld = torch.randn(1, 1, 1, 3, 4, 2).to(dtype), -torch.rand(1, 1, 1, 3, 4)
         decay_scan.decay_scan_fwd(x, ld, 3, dtype)
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
-    launched_modules = ("polyline_attention.vanilla", "polyline_attention.line", "selective_scan.scan",
-                        "polyline_scan.decay_scan")
+    launched_modules = ("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line",
+                        "selective_scan.scan", "polyline_scan.decay_scan")
     assert {t.kernel_id for t, _ in launches} == {k for k in TUNED if k.rsplit(".", 1)[0] in launched_modules}
     for t, variant in launches:
         configs = t.configs
-        if t.kernel_id.rsplit(".", 1)[0] == "polyline_attention.vanilla":  # rows at the head-dim block's tiles
+        if " cols" in variant and t.kernel_id.startswith("polyline_attention.vanilla."):  # at the head dim's tiles
             configs = vanilla.offered(configs, int(variant.split("d<=")[1].split()[0]), " linear " in variant,
                                       int(variant.split("cols")[1]))
         names = [tuning.row_name(t.kernel_id, variant, config) for config in configs]

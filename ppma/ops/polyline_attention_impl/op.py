@@ -100,7 +100,7 @@ OP = register(
     flops=_flops,
     kernels=[
         Kernel("triton", load=_load_triton, auto_for=triton_auto_for,
-               **triton_checks(("polyline_attention.vanilla", "polyline_attention.line"))),
+               **triton_checks(("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line"))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )

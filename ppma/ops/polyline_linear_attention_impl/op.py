@@ -175,7 +175,8 @@ OP = register(
     flops=_flops,
     kernels=[
         Kernel("triton", load=_load_triton, **triton_checks(
-            ("polyline_attention.vanilla", "polyline_scan.decay_scan", "polyline_linear_attention.tiled"))),
+            ("polyline_attention.vanilla", "polyline_attention.decays", "polyline_scan.decay_scan",
+             "polyline_linear_attention.tiled"))),
         Kernel("cpu", cpu_only, _load_cpu),
     ],
 )
