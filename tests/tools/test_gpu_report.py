@@ -19,7 +19,7 @@ from ppma.bench.gpu.budget import Budget, Deadline, SectionTimeout, time_limit
 from ppma.bench.gpu.correctness import Errors, Row, Run, compare, relative_error
 from ppma.bench.gpu.gpu_report import QUICK_PRESETS, main
 from ppma.bench.gpu.official import official_models
-from ppma.bench.gpu.step_profile import summarize
+from ppma.bench.gpu.step_profile import count_syncs, host_seconds, runtime_calls, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ("Compiling", "Correctness", "Kernel tables", "Whole models", "Backbones at large sizes", "Where the time goes",
@@ -67,7 +67,8 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
     assert all(float(r[3]) > 0 and float(r[4]) >= 0 for r in backbones)
 
     for preset in presets:
-        match = re.search(rf"^### {preset}: step ([\d.]+) ms, (\d+) aten operator calls, ([\d.]+) ms", text, re.MULTILINE)
+        match = re.search(rf"^### {preset}: step ([\d.]+) ms, host ([\d.]+) ms, (\d+) aten operator calls, ([\d.]+) ms",
+                          text, re.MULTILINE)
         assert match and all(float(v) > 0 for v in match.groups()), preset
         top = table(text, f"### {preset}: step")
         assert 1 <= len(top) <= 12 and all(r[0].startswith("`aten::") and int(r[1]) >= 1 for r in top)
@@ -164,6 +165,31 @@ def test_profiler_summary():
         summarize(events, steps=0, device_type="cuda")
     with pytest.raises(ValueError, match="'cuda' or 'cpu'"):
         summarize(events, steps=1, device_type="mps")
+
+
+def test_runtime_calls_are_the_host_side_cuda_calls():
+    events = [event("cudaLaunchKernel", 800, cpu_us=4000.0, device=DeviceType.CPU),
+              event("cuLaunchKernelEx", 40, cpu_us=600.0, device=DeviceType.CPU),
+              event("cudaStreamSynchronize", 2, cpu_us=9000.0, device=DeviceType.CPU),
+              event("aten::mm", 4, cpu_us=99000.0, device=DeviceType.CPU), event("cutlass_gemm", 4, 3000.0)]
+    calls = runtime_calls(events, steps=2, top=2)
+    assert [(k.name, k.calls, k.ms) for k in calls] == [("cudaStreamSynchronize", 1, 4.5), ("cudaLaunchKernel", 400, 2.0)]
+
+
+def test_host_time_returns_before_the_queued_work_and_counts_no_syncs_off_cuda():
+    runs = []
+    assert host_seconds(lambda: runs.append(time.perf_counter()), torch.device("cpu"), repeat=3) >= 0
+    assert len(runs) == 3
+    assert count_syncs(lambda: runs.append(0), torch.device("cpu")) == (None, "")
+    assert len(runs) == 3  # nothing to count off CUDA: the step is not run
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync debug mode is CUDA's")
+def test_count_syncs_finds_a_host_read_of_a_cuda_tensor():
+    x = torch.ones(3, device="cuda")
+    assert count_syncs(lambda: (x * 2).sum().item(), torch.device("cuda"))[0] >= 1
+    assert count_syncs(lambda: x * 2, torch.device("cuda")) == (0, "")
+    assert torch.cuda.get_sync_debug_mode() == 0
 
 
 class Clock:

@@ -320,20 +320,31 @@ def render_backbones(section: Section, s: Settings) -> list[str]:
 def render_profiles(section: Section, s: Settings) -> list[str]:
     unit = "kernel" if s.device.type == "cuda" else "aten operator"
     lines = [(f"One bf16 training step (batch {s.train_batch}) per model on `auto`: the step's median wall time "
-              f"unprofiled, then one step under `torch.profiler`: {unit} calls per step, their summed self time "
-              f"and the top {TOP_KERNELS} by self time.")]
+              "unprofiled; the host's time (`host`: from the call, the device idle, until the step returns, "
+              "not waiting for the device: near the step's time where the launches bound it) and the "
+              "synchronizing calls of one step (`torch.cuda.set_sync_debug_mode`); then one step under "
+              f"`torch.profiler`: {unit} calls per step, their summed self time and the top {TOP_KERNELS} by "
+              "self time, and the CUDA runtime calls by host time (the profiled step ends with one "
+              "`cudaDeviceSynchronize` of the report's own).")]
     for p in section.rows:
         if not isinstance(p, StepProfile):
             continue
-        m = p.summary
-        lines += ["", (f"### {p.model}: step {fmt_number(p.step_ms)} ms, {m.launches:.0f} {unit} calls, "
-                       f"{fmt_number(m.kernel_ms)} ms of {unit} time"), "",
+        m, h = p.summary, p.host
+        syncs = "" if h.syncs is None else f", {h.syncs} synchronizing calls" + (f" ({h.first_sync})" if h.syncs else "")
+        lines += ["", (f"### {p.model}: step {fmt_number(p.step_ms)} ms, host {fmt_number(h.ms)} ms{syncs}, "
+                       f"{m.launches:.0f} {unit} calls, {fmt_number(m.kernel_ms)} ms of {unit} time"), "",
                   f"| {unit} | calls | ms | share |", "|---|---:|---:|---:|"]
-        for k in m.top:
-            share = 100 * k.ms / m.kernel_ms if m.kernel_ms > 0 else 0.0
-            name = (k.name if len(k.name) <= 100 else k.name[:97] + "...").replace("|", "/")
-            lines.append(f"| `{name}` | {k.calls:.0f} | {k.ms:.3g} | {share:.1f}% |")
+        lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} | "
+                  f"{100 * k.ms / m.kernel_ms if m.kernel_ms > 0 else 0.0:.1f}% |" for k in m.top]
+        if h.runtime:
+            lines += ["", "| runtime call | calls | host ms |", "|---|---:|---:|"]
+            lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} |" for k in h.runtime]
     return lines
+
+
+def _cell(name: str) -> str:
+    """A kernel's name for a table cell: at most 100 characters, no ``|``."""
+    return (name if len(name) <= 100 else name[:97] + "...").replace("|", "/")
 
 
 @dataclass(frozen=True)

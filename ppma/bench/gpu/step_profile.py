@@ -1,5 +1,6 @@
 """Where a training step's time goes: one step under ``torch.profiler``, summarised as kernel
-launches per step, kernel time per step and the kernels that take the most of it.
+launches per step, kernel time per step and the kernels that take the most of it; and the host's
+side of the step (:class:`HostTime`), which bounds it where the device waits for the launches.
 
 On CUDA the summary counts GPU kernels (and memory copies and sets: every activity the profiler
 records on the device) by their self device time. On the CPU there are no kernels: it counts the
@@ -7,6 +8,9 @@ records on the device) by their self device time. On the CPU there are no kernel
 """
 from __future__ import annotations
 
+import statistics
+import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -54,21 +58,83 @@ def summarize(events: Iterable, steps: int, device_type: str, top: int = 12) -> 
                        top=kernels[:top])
 
 
+def runtime_calls(events: Iterable, steps: int, top: int = 5) -> list[KernelTime]:
+    """The CUDA runtime and driver calls among ``prof.key_averages()`` rows (host-side events named
+    ``cuda*`` / ``cu*``: launches, copies, synchronizations) over ``steps`` steps, by their host
+    milliseconds per step, the ``top`` first."""
+    rows = [KernelTime(e.key, e.count / steps, e.self_cpu_time_total / steps / 1e3) for e in events
+            if e.device_type == DeviceType.CPU and e.key.startswith("cu")]
+    return sorted(rows, key=lambda k: k.ms, reverse=True)[:top]
+
+
+@dataclass(frozen=True)
+class HostTime:
+    """The host's side of a step. ``ms``: from the step's call, the device idle, until the call
+    returns, not waiting for the device (median): about the step's time where the host bounds it,
+    well below it where the device does (unless the host waits, which ``syncs`` tells).
+    ``syncs``: the synchronizing calls in one step as ``torch.cuda.set_sync_debug_mode`` reports
+    them (None off CUDA), ``first_sync`` the first one's message; ``runtime``: the CUDA runtime
+    and driver calls by host time in the profiled step (:func:`runtime_calls`; none off CUDA)."""
+
+    ms: float
+    syncs: int | None
+    first_sync: str
+    runtime: list[KernelTime]
+
+
+def host_seconds(step: Callable[[], None], device: torch.device, repeat: int) -> float:
+    """Median seconds from calling ``step`` (after the device finished everything before) until it
+    returns, without waiting for the work it queued."""
+    times = []
+    for _ in range(repeat):
+        sync(device)
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    sync(device)
+    return statistics.median(times)
+
+
+def count_syncs(step: Callable[[], None], device: torch.device) -> tuple[int | None, str]:
+    """``(synchronizing calls in one run of step, the first one's message)`` by torch's sync
+    debug mode (CUDA; ``(None, '')`` elsewhere)."""
+    if device.type != "cuda":
+        return None, ""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    sync(device)
+    found = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    return len(found), (found[0].splitlines()[0] if found else "")
+
+
 @dataclass(frozen=True)
 class StepProfile:
-    """One model's training step: its wall milliseconds (median, unprofiled) and its summary."""
+    """One model's training step: its wall milliseconds (median, unprofiled), its summary and
+    its host side."""
 
     model: str
     step_ms: float
     summary: StepSummary
+    host: HostTime
 
 
 def profile_step(label: str, step: Callable[[], None], device: torch.device, warmup: int, timed: int,
                  top: int = 12) -> StepProfile:
-    """Time ``step`` (``warmup`` then ``timed`` runs), then profile one more run of it."""
+    """Time ``step`` (``warmup`` then ``timed`` runs) and its host side (``timed`` runs, then one
+    counting synchronizations), then profile one more run of it."""
     seconds = median_seconds(step, device, warmup, timed)
+    host = host_seconds(step, device, timed)
+    syncs, first_sync = count_syncs(step, device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         step()
         sync(device)
-    return StepProfile(label, 1e3 * seconds, summarize(prof.key_averages(), 1, device.type, top))
+    events = prof.key_averages()
+    return StepProfile(label, 1e3 * seconds, summarize(events, 1, device.type, top),
+                       HostTime(1e3 * host, syncs, first_sync, runtime_calls(events, 1)))
