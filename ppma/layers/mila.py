@@ -24,8 +24,6 @@ gates and residual adds in place wherever autograd does not need the overwritten
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.fx
 import torch.nn.functional as F
@@ -35,6 +33,7 @@ from torch import nn
 from ppma._deprecation import renamed_attributes
 
 from .conv import GridDepthwiseConv, add_to_conv_output
+from .grid_tables import cached_per_grid
 from .layout import GRID_2D
 from .paths import paths_for
 
@@ -50,35 +49,15 @@ def rope_rotations(height: int, width: int, dim: int, base: float = 10000.0,
     return torch.stack((angles.cos(), angles.sin()), dim=-1)
 
 
-def _cached_per_grid(build):
-    """``build(height, width, dim, base, device)``, eager calls cached (the 8 latest grids, widths,
-    bases and devices: the four stages of two input sizes), as normal tensors usable by later
-    autograd-tracked calls; under ``torch.compile`` / ``torch.export`` and for symbolic sizes
-    (``torch.fx``), the graph computes them."""
-
-    @functools.lru_cache(maxsize=8)
-    def cached(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
-        with torch.inference_mode(False), torch.no_grad():
-            return build(height, width, dim, base, device)
-
-    @functools.wraps(build)
-    def table(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
-        if torch.compiler.is_compiling() or not isinstance(height, int) or not isinstance(width, int):
-            return build(height, width, dim, base, device)
-        return cached(height, width, dim, base, device)
-
-    return table
-
-
-@_cached_per_grid
+@cached_per_grid
 def rope_tables(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
     """fp32 ``(2, dim/2, height * width)``: ``(cos, sin)`` of :func:`rope_rotations`, channel pair
     first (the layout :class:`MILARotaryEmbedding` rotates channels-first grids with); cached per
-    grid in eager (:func:`_cached_per_grid`)."""
+    grid in eager (:func:`~ppma.layers.grid_tables.cached_per_grid`)."""
     return rope_rotations(height, width, dim, base, device).flatten(0, 1).permute(2, 1, 0).contiguous()
 
 
-@_cached_per_grid
+@cached_per_grid
 def rope_phases(height: int, width: int, dim: int, base: float, device: torch.device) -> torch.Tensor:
     """complex64 ``(height * width, dim/2)``: ``cos a_p + i sin a_p`` of :func:`rope_rotations`, per
     token and channel pair (the layout that rotates channels-last tokens); cached as :func:`rope_tables`."""

@@ -11,6 +11,7 @@ from ppma.ops.polyline_attention_impl import FORMS
 from .conv import GridDepthwiseConv, add_to_conv_output
 from .decay import DecayGenerator
 from .layout import GRID_LAYOUTS
+from .paths import paths_for
 from .rope import RasterRotaryEmbedding
 
 #: the layer's kinds: the op's (``ppma.ops.polyline_attention_impl.KINDS``) and ``'linear'``
@@ -147,12 +148,14 @@ class PolylineAttention(nn.Module):
             raise ValueError(f"x must have shape {layout} with C={self.dim}, got {tuple(x.shape)}")
         v = self.v_proj(x)
         lepe = self.lepe(v)
-        # q and k contiguous, so that the rotary embedding runs over whole grids (in place, on these
-        # copies) and the attention kernels copy nothing; k scaled before the rotation, as the
-        # release does (rotating is linear)
-        q = self._split_heads(self.q_proj(x)).contiguous()
-        k = self._split_heads(self.k_proj(x)).contiguous().mul_(self.scale)
-        q, k = self.rope(q, k, inplace=True)
+        # k scaled before the rotation, as the release does (rotating is linear); q and k come out of
+        # the rotary embedding contiguous, so the attention kernels copy nothing. CPU inference
+        # rotates contiguous copies in place; under autograd an in-place rotation of their complex
+        # views would cost the backward a copy of each, so the rotation makes the copies
+        q, k = self._split_heads(self.q_proj(x)), self._split_heads(self.k_proj(x))
+        inplace = paths_for(x.device).update_views_in_place
+        q, k = (q.contiguous(), k.contiguous().mul_(self.scale)) if inplace else (q, k * self.scale)
+        q, k = self.rope(q, k, inplace=inplace)
         q, k = self.q_tap(q), self.k_tap(k)
         v = self._split_heads(v)
         log_alpha, log_beta, log_gamma = _unpack(self.decay(x))

@@ -6,6 +6,22 @@ import math
 import torch
 from torch import nn
 
+from .grid_tables import cached_per_grid
+
+
+def frequencies(head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """fp32 ``(head_dim // 2,)``: ``theta_m = base ** (-m / (d/2 - 1))`` (CPU; the release's)."""
+    return base ** -torch.linspace(0, 1, head_dim // 2)
+
+
+@cached_per_grid
+def raster_rotation(grid: tuple[int, ...], head_dim: int, base: float, device: torch.device) -> torch.Tensor:
+    """complex64 ``(*grid, head_dim // 2)``: ``cos(p theta_m) + i sin(p theta_m)`` at raster index
+    ``p``; cached per grid in eager calls (:func:`~ppma.layers.grid_tables.cached_per_grid`)."""
+    index = torch.arange(math.prod(grid), device=device, dtype=torch.float32)
+    angle = index[:, None] * frequencies(head_dim, base).to(device)[None, :]
+    return torch.complex(angle.cos(), angle.sin()).reshape(*grid, -1)
+
 
 class RasterRotaryEmbedding(nn.Module):
     """Rotary embedding (RoPE) of the released PPMA models: 1-D RoPE over the raster index.
@@ -29,14 +45,12 @@ class RasterRotaryEmbedding(nn.Module):
             raise ValueError(f"head_dim must be even for the rotary embedding, got {head_dim}")
         self.head_dim = head_dim
         self.grid_rank = grid_rank
-        theta = base ** -torch.linspace(0, 1, head_dim // 2)
-        self.register_buffer("theta", theta.repeat_interleave(2), persistent=False)
+        self.base = base
+        self.register_buffer("theta", frequencies(head_dim, base).repeat_interleave(2), persistent=False)
 
     def rotation(self, grid: tuple[int, ...], device: torch.device) -> torch.Tensor:
-        """``cos(p theta_m) + i sin(p theta_m)``, complex64 ``(*grid, head_dim // 2)``."""
-        index = torch.arange(math.prod(grid), device=device, dtype=torch.float32)
-        angle = index[:, None] * self.theta[::2].to(device=device, dtype=torch.float32)[None, :]
-        return torch.complex(angle.cos(), angle.sin()).reshape(*grid, -1)
+        """``cos(p theta_m) + i sin(p theta_m)``, complex64 ``(*grid, head_dim // 2)`` (:func:`raster_rotation`)."""
+        return raster_rotation(tuple(grid), self.head_dim, self.base, torch.device(device))
 
     def forward(self, *xs: torch.Tensor, inplace: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Rotate each of ``xs`` (same grid); the angles are computed once for all of them.
@@ -57,8 +71,9 @@ class RasterRotaryEmbedding(nn.Module):
         if inplace and x.dtype in (torch.float32, torch.float64) and x.is_contiguous():
             torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(rotation)
             return x
-        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2)).contiguous()
-        return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).to(x.dtype)
+        work = torch.promote_types(x.dtype, torch.float32)
+        pairs = x.contiguous() if x.dtype == work else x.to(work, memory_format=torch.contiguous_format)  # one pass
+        return torch.view_as_real(torch.view_as_complex(pairs.unflatten(-1, (-1, 2))) * rotation).flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, grid_rank={self.grid_rank}"

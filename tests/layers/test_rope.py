@@ -2,6 +2,8 @@ import pytest
 import torch
 
 from ppma.layers import RasterRotaryEmbedding
+from ppma.layers.grid_tables import CACHED_GRIDS
+from ppma.layers.rope import raster_rotation
 
 
 def test_matches_complex_rotation_by_raster_index():
@@ -73,3 +75,41 @@ def test_half_precision_and_strided_inputs():
     copy = x.clone()
     assert rope(copy, inplace=True) is copy
     torch.testing.assert_close(copy, y, rtol=0, atol=0, msg="seed 0")
+
+
+def test_rotation_is_kept_for_the_latest_grids_of_eager_calls():
+    raster_rotation.cache_clear()
+    rope, cpu = RasterRotaryEmbedding(8), torch.device("cpu")
+    first = rope.rotation((3, 5), cpu)
+    assert rope.rotation((3, 5), cpu) is first and raster_rotation((3, 5), 8, 10000.0, cpu) is first
+    index = torch.arange(15, dtype=torch.float32)[:, None] * rope.theta[::2]
+    torch.testing.assert_close(first, torch.complex(index.cos(), index.sin()).reshape(3, 5, 4), rtol=0, atol=0)
+    for width in range(6, 6 + CACHED_GRIDS):  # as many newer grids as are kept
+        rope.rotation((3, width), cpu)
+    again = rope.rotation((3, 5), cpu)
+    assert again is not first
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+def test_rotation_of_an_inference_call_is_usable_by_training():
+    raster_rotation.cache_clear()
+    rope = RasterRotaryEmbedding(8)
+    x = torch.randn(1, 2, 3, 5, 8, requires_grad=True)
+    with torch.inference_mode():
+        expected = rope(x.detach())
+    assert not rope.rotation((3, 5), x.device).is_inference()
+    out = rope(x)  # an inference tensor saved for the backward would raise here
+    out.sum().backward()
+    torch.testing.assert_close(out.detach(), expected, rtol=0, atol=0)
+
+
+def test_calls_on_fake_tensors_compute_the_rotation():
+    """As ``torch.export`` runs the layer, its tensors fake: nothing fake is kept for later calls."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    raster_rotation.cache_clear()
+    rope = RasterRotaryEmbedding(8)
+    with FakeTensorMode(allow_non_fake_inputs=True):  # the module real, its input fake
+        assert rope(torch.randn(1, 2, 3, 5, 8)).shape == (1, 2, 3, 5, 8)
+    table = rope.rotation((3, 5), torch.device("cpu"))
+    assert type(table) is torch.Tensor and table.abs().min() > 0.99
