@@ -43,9 +43,14 @@ def test_shared_decay_ablation():
 
 def test_autocast_keeps_fp32_decays():
     gen = DecayGenerator(16, 2)
+    x = torch.randn(1, 3, 4, 16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        la, lb = gen(torch.randn(1, 3, 4, 16))
+        la, lb = gen(x)
+        t = gen.proj(x.unflatten(-1, (2, 8))).float()  # the bf16 projection, then fp32
     assert la.dtype == lb.dtype == torch.float32 and torch.isfinite(la).all()
+    assert la.is_contiguous() and lb.is_contiguous()  # each axis laid out whole (the kernels read it so)
+    expected = (-F.softplus(t + gen.dt_bias[:, None]) * gen.A_log.exp()[:, None]).movedim(-2, 1).unbind(-1)
+    torch.testing.assert_close((la, lb), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_bad_arguments():
