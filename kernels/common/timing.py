@@ -15,8 +15,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeat: int) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeat: int,
+                   wait: bool = True) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs, each started with the
+    device idle. ``wait=False``: until ``fn`` returns, not waiting for the work it queued (the
+    host's time)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -24,8 +27,10 @@ def median_seconds(fn: Callable[[], object], device: torch.device, warmup: int, 
         sync(device)
         start = time.perf_counter()
         fn()
-        sync(device)
+        if wait:
+            sync(device)
         times.append(time.perf_counter() - start)
+    sync(device)
     return statistics.median(times)
 
 

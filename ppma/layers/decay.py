@@ -75,7 +75,7 @@ class DecayGenerator(nn.Module):
         t = self.proj(x.unflatten(-1, (self.num_heads, -1)))  # (B, *grid, heads, n)
         # (n, B, heads, *grid), fp32 (fp64 kept), in one copy: the elementwise ops below run along
         # whole grids (not on rows of n), and each axis' decays come out contiguous
-        t = _at_least_fp32(t.movedim(-1, 0).movedim(-1, 2))
+        t = _contiguous_fp32(t.movedim(-1, 0).movedim(-1, 2))
         per_head = (self.num_heads,) + (1,) * (t.dim() - 3)
         dt_bias, A = self.dt_bias.to(t.dtype).view(per_head), self.A_log.to(t.dtype).exp().view(per_head)
         log_decay = -F.softplus(t + dt_bias) * A
@@ -88,7 +88,7 @@ class DecayGenerator(nn.Module):
         return f"num_heads={self.num_heads}, token_layout={self.token_layout!r}, shared={self.shared}"
 
 
-def _at_least_fp32(t: torch.Tensor) -> torch.Tensor:
+def _contiguous_fp32(t: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of ``t``: fp32 for half/bf16/fp32 tensors, fp64 kept (for float64 checks)."""
     if t.dtype in (torch.float32, torch.float64):
         return t.contiguous()

@@ -8,8 +8,6 @@ records on the device) by their self device time. On the CPU there are no kernel
 """
 from __future__ import annotations
 
-import statistics
-import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -82,19 +80,6 @@ class HostTime:
     runtime: list[KernelTime]
 
 
-def host_seconds(step: Callable[[], None], device: torch.device, repeat: int) -> float:
-    """Median seconds from calling ``step`` (after the device finished everything before) until it
-    returns, without waiting for the work it queued."""
-    times = []
-    for _ in range(repeat):
-        sync(device)
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    sync(device)
-    return statistics.median(times)
-
-
 def count_syncs(step: Callable[[], None], device: torch.device) -> tuple[int | None, str]:
     """``(synchronizing calls in one run of step, the first one's message)`` by torch's sync
     debug mode (CUDA; ``(None, '')`` elsewhere)."""
@@ -129,7 +114,7 @@ def profile_step(label: str, step: Callable[[], None], device: torch.device, war
     """Time ``step`` (``warmup`` then ``timed`` runs) and its host side (``timed`` runs, then one
     counting synchronizations), then profile one more run of it."""
     seconds = median_seconds(step, device, warmup, timed)
-    host = host_seconds(step, device, timed)
+    host = median_seconds(step, device, 0, timed, wait=False)
     syncs, first_sync = count_syncs(step, device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
