@@ -1,5 +1,5 @@
-"""Benchmark of the vanilla ``polyline_attention`` per layer: Triton kernel vs PyTorch reference vs
-FlexAttention, with unmasked flash attention (``F.scaled_dot_product_attention``) as the floor.
+"""Benchmark of ``polyline_attention`` per layer: Triton kernel vs PyTorch reference vs FlexAttention
+(vanilla kind), with unmasked flash attention (``F.scaled_dot_product_attention``) as the floor.
 
 A script (not installed with ``ppma.kernels``). For every shape (8 heads of 32 channels by
 default) and dtype, forward and forward+backward: median time, peak memory beyond the inputs,
@@ -18,11 +18,13 @@ CPU times say nothing about GPU speed, nor its bf16 errors: the interpreter has 
 arithmetic; FlexAttention has no CPU backward). Whole models:
 ``tools/benchmark.py --model``.
 
-Before the timings, the cost model of the vanilla kernels per shape (:func:`vanilla_model`):
+Before the timings, the cost model of the kernels per shape. Vanilla kind (:func:`vanilla_model`):
 tensor-core FLOPs, exponentials and other elementwise operations per pass, with the padding of
 the grid-aligned tiles, against the minimum (unmasked attention on the same ``q``, ``k``, ``v``:
 FlashAttention-2's products and one exponential per weight), and the bytes each pass must move
-through DRAM against the bytes its tiles stream through L2.
+through DRAM against the bytes its tiles stream through L2. Criss-cross kind on whole lines
+(:func:`whole_line_model`): the products and exponentials of the padded line tiles against the
+unpadded lines', and the DRAM bytes of the launches against the op's own inputs and outputs.
 """
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ from ppma.ops.polyline_attention_impl.flex import polyline_attention_flex
 
 # (B, heads, H, W, head dim): the issue's layer shapes
 FULL_SHAPES = [(64, 8, 14, 14, 32), (1, 8, 32, 32, 32), (1, 8, 64, 64, 32), (1, 8, 80, 80, 32), (1, 8, 128, 128, 32)]
+# the criss-cross kind adds PPMA-T's criss-cross stages at 224 x 224, batch 64 (4 heads of 16 and 32)
+CRISS_CROSS_SHAPES = [(64, 4, 56, 56, 16), (64, 4, 28, 28, 32), *FULL_SHAPES]
 QUICK_SHAPES = [(1, 2, 7, 9, 16)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 IMPLS = ("torch", "triton", "flex", "sdpa")
@@ -123,16 +127,61 @@ def vanilla_model(shape, form, element_size, block=64):
     return model
 
 
-def print_model(shapes, form, dtype):
-    """The :func:`vanilla_model` table (GFLOP, G exponentials, MB), one row per shape and pass."""
+def whole_line_model(shape, form, element_size):
+    """Cost model of the criss-cross kind's whole-line kernels for one ``(B, heads, H, W, d)``
+    shape (``d = dv``, lines of at most 64 tokens): per pass (``fwd``, ``bwd``) ``{'tensor':
+    FLOPs of the products of the padded ``BLOCK x BLOCK`` line tiles, 'exp': their exponentials,
+    'dram': bytes the launches move, 'min_tensor', 'min_exp': the same on unpadded lines,
+    'min_dram': the op's own inputs and outputs}``. Each of the four applications (two per axis)
+    reads ``q``, ``k``, its input and the axis' log-decays and writes (the second order's last
+    adds to) its output; the forward writes two intermediates, which the backward reads. The
+    backward's application reads ``q``, ``k``, its input, the log-decays and ``dO``, writes
+    ``dy`` and the axis' decay gradient and adds to the fp32 ``dq``, ``dk`` (read-modify-write
+    after the first)."""
+    from ppma.kernels.common.strided import pow2
+
+    b, heads, hh, ww, d = shape
+    bh, n = b * heads, hh * ww
+    rows, decays, fp32_rows = bh * n * d * element_size, bh * n * 4, bh * n * d * 4
+    model = {}
+    for name, products, exps in (("fwd", 2, 1 if form == "official" else 2), ("bwd", 5, 1 if form == "official" else 2)):
+        tiles = [(bh * n // line, max(16, pow2(line)), line) for line in (hh, ww, ww, hh)]  # the four applications
+        tensor = sum(2 * lines * block * block * d * products for lines, block, _ in tiles)
+        min_tensor = sum(2 * lines * line * line * d * products for lines, _, line in tiles)
+        if name == "fwd":  # q, k, input, decays in; output out; the last adds to the output
+            dram = 4 * (3 * rows + decays + rows) + rows
+            min_dram = 4 * rows + 2 * decays
+        else:  # q, k, input, dO, decays in; dy, decay gradient out; dq, dk fp32, written then added to
+            dram = 4 * (5 * rows + 2 * decays) + 2 * (7 * fp32_rows) + decays * 2
+            min_dram = 7 * rows + 4 * decays  # q, k, v, dO in; dq, dk, dv out; two decays in, two out
+        model[name] = {"tensor": tensor, "exp": sum(lines * block * block * exps for lines, block, _ in tiles),
+                       "dram": dram, "min_tensor": min_tensor,
+                       "min_exp": sum(lines * line * line * exps for lines, _, line in tiles), "min_dram": min_dram}
+    return model
+
+
+def print_model(shapes, kind, form, dtype):
+    """The :func:`vanilla_model` or :func:`whole_line_model` table (GFLOP, G exponentials, MB),
+    one row per shape and pass (criss-cross: the shapes whose lines fit the whole-line kernels)."""
     size = torch.tensor([], dtype=dtype).element_size()
-    print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | other G ops | DRAM MB | L2 MB |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for shape in shapes:
-        for name, row in vanilla_model(shape, form, size).items():
-            print(f"| {shape} | {name} | {row['tensor'] / 1e9:.3g} ({row['min_tensor'] / 1e9:.3g}) |"
-                  f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) | {row['other'] / 1e9:.3g} |"
-                  f" {row['dram'] / 1e6:.3g} | {row['l2'] / 1e6:.3g} |")
+    if kind == "vanilla":
+        print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | other G ops | DRAM MB | L2 MB |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for shape in shapes:
+            for name, row in vanilla_model(shape, form, size).items():
+                print(f"| {shape} | {name} | {row['tensor'] / 1e9:.3g} ({row['min_tensor'] / 1e9:.3g}) |"
+                      f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) | {row['other'] / 1e9:.3g} |"
+                      f" {row['dram'] / 1e6:.3g} | {row['l2'] / 1e6:.3g} |")
+    else:
+        from ppma.kernels.polyline_attention.whole_line import fits
+
+        print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | DRAM MB (op's in + out) |")
+        print("|---|---|---:|---:|---:|")
+        for shape in (s for s in shapes if fits(s[2:4])):
+            for name, row in whole_line_model(shape, form, size).items():
+                print(f"| {shape} | {name} | {row['tensor'] / 1e9:.3g} ({row['min_tensor'] / 1e9:.3g}) |"
+                      f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) |"
+                      f" {row['dram'] / 1e6:.3g} ({row['min_dram'] / 1e6:.3g}) |")
     print()
 
 
@@ -145,7 +194,8 @@ def attention_flops(shape, backward):
 
 def skip_reason(impl, shape, device, backward, kind, mem_limit):
     n = shape[2] * shape[3]
-    if impl == "torch" and 3 * shape[0] * shape[1] * n * n * 4 * (3 if backward else 1) > mem_limit:
+    weights = n * n if kind == "vanilla" else n * (shape[2] + shape[3])  # per (batch, head), fp32
+    if impl == "torch" and 3 * shape[0] * shape[1] * weights * 4 * (3 if backward else 1) > mem_limit:
         return "skipped: dense masks exceed the memory limit"
     if impl == "triton" and triton_unavailable_reason(device) is not None:
         return "skipped: Triton unavailable (CPU needs TRITON_INTERPRET=1)"
@@ -201,10 +251,11 @@ def recompilation_check(device, dtype, kind, form, sizes=20):
     """Run forward and backward on ``sizes`` random grids and batch sizes (a detection loader's
     variety); returns ``(variants after the first size, variants after all, tile widths seen)``:
     the vanilla forward specializes on its tile width (16 or 32 columns), nothing else does."""
-    from ppma.kernels.polyline_attention import line, vanilla
+    from ppma.kernels.polyline_attention import line, vanilla, whole_line
 
     kernels = [k.fn for k in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
-                              line._line_fwd_kernel, line._line_bwd_kernel)]
+                              line._line_fwd_kernel, line._line_bwd_kernel, whole_line._whole_line_fwd_kernel,
+                              whole_line._whole_line_bwd_kernel)]
     rng = random.Random(0)
     counts, buckets = [], set()
     for i in range(sizes):
@@ -230,7 +281,7 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (median)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    shapes = QUICK_SHAPES if args.quick else CRISS_CROSS_SHAPES if args.kind == "criss_cross" else FULL_SHAPES
     repeat = args.repeat or (2 if args.quick else 20)
     warmup = 1 if args.quick else 3
     if device.type == "cuda":
@@ -241,9 +292,9 @@ def main(argv=None):
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# polyline_attention benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# kind={args.kind!r} form={args.form!r}; median of {repeat} runs; TFLOP/s: QK^T and PV only\n")
-    if args.kind == "vanilla":
-        print(f"## cost model of the vanilla kernels ({args.form}, {args.dtypes[0]}, 64-token tiles)\n")
-        print_model(shapes, args.form, DTYPES[args.dtypes[0]])
+    tiles = "64-token tiles" if args.kind == "vanilla" else "whole lines"
+    print(f"## cost model of the {args.kind} kernels ({args.form}, {args.dtypes[0]}, {tiles})\n")
+    print_model(shapes, args.kind, args.form, DTYPES[args.dtypes[0]])
     print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |"
           " error vs fp32 |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")

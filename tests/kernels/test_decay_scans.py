@@ -18,9 +18,9 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
         "Triton kernels need a CUDA device or TRITON_INTERPRET=1 (CPU interpreter)", allow_module_level=True
     )
 
-import triton  # noqa: E402
+from kernel_launches import Launches, aten_kernels  # noqa: E402
 
-from ppma.bench.step_count import NO_KERNEL_OPS, OpCounter  # noqa: E402
+from ppma.bench.step_count import OpCounter  # noqa: E402
 from ppma.kernels.polyline_attention import decays, vanilla  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -62,29 +62,6 @@ def test_decay_gradients_are_reverse_sums_of_the_slots(shape):
     assert len({g.data_ptr() for g in got}) == len(got)  # separate tensors: a custom op's outputs may not alias
 
 
-class Launches:
-    """Counts the Triton launches of the kernels' autotuners (the kernels run as well)."""
-
-    def __init__(self, monkeypatch):
-        self.count = 0
-        run = triton.runtime.autotuner.Autotuner.run
-
-        def counting(autotuner, *args, **kwargs):
-            self.count += 1
-            return run(autotuner, *args, **kwargs)
-
-        monkeypatch.setattr(triton.runtime.autotuner.Autotuner, "run", counting)
-
-
-def _aten_kernels(counter: OpCounter) -> dict:
-    """The counted ops that run a kernel (not views, allocations or dtype queries), less the
-    interpreter's copies of the kernels' arguments (on a GPU there are none: the kernels read the
-    tensors in place)."""
-    others = (*NO_KERNEL_OPS, "aten::copy_", "aten::set_", "aten::new_empty", "aten::select", "aten::slice",
-              "aten::view")
-    return {op: n for op, n in counter.by_op.items() if op not in others}
-
-
 @pytest.mark.parametrize("case", ["official", "paper", "linear", "official 3d"])
 def test_launchers_dispatch_few_kernels(case, monkeypatch):
     """Forward: the cumulative decays and the forward kernel. Backward: the statistics, the
@@ -101,11 +78,11 @@ def test_launchers_dispatch_few_kernels(case, monkeypatch):
             out, num = vanilla.linear_attention_quadratic_fwd(q, k, v, logs[0], logs[1], log_gamma)
         else:
             out, residuals = vanilla.vanilla_attention_fwd(q, k, v, logs[0], logs[1], log_gamma, case.split()[0])
-    assert (launches.count, _aten_kernels(forward)) == (2, {})
+    assert (launches.count, aten_kernels(forward)) == (2, {})
     launches.count, grad = 0, torch.randn_like(out)
     with OpCounter() as backward:
         if case == "linear":
             vanilla.linear_attention_quadratic_bwd(grad, num, q, k, v, logs[0], logs[1], log_gamma)
         else:
             vanilla.vanilla_attention_bwd(grad, out, residuals, q, k, v, logs[0], logs[1], log_gamma, case.split()[0])
-    assert (launches.count, _aten_kernels(backward)) == (5, {"aten::zeros": 1})
+    assert (launches.count, aten_kernels(backward)) == (5, {"aten::zeros": 1})

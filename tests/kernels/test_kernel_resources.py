@@ -179,7 +179,8 @@ def launches(monkeypatch):
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="launches through the CPU interpreter")
 def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
     """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, both forms
-    and the linear kind, 1 and 16 states, fp16 and fp64 scans) name rows of the table, with every configuration."""
+    and the linear kind, whole and tiled criss-cross lines, 1 and 16 states, fp16 and fp64 scans)
+    name rows of the table, with every configuration."""
     for dtype, grid, d in ((torch.float32, (2, 3, 4), 16), (torch.float16, (3, 5), 20)):
         q, k, v = (torch.randn(1, 1, *grid, d).to(dtype) for _ in range(3))
         decays = [-torch.rand(1, 1, *grid) for _ in grid] + [None] * (3 - len(grid))
@@ -188,7 +189,12 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
             vanilla.vanilla_attention_bwd(out, out, residuals, q, k, v, *decays[:3], form=form)
         out, num = vanilla.linear_attention_quadratic_fwd(q.abs(), k.abs(), v, *decays[:3])  # the linear kind
         vanilla.linear_attention_quadratic_bwd(out, num, q.abs(), k.abs(), v, *decays[:3])
-        criss_cross.criss_cross_attention_bwd(v, q, k, v, *decays[:3])
+        out, residuals = criss_cross.criss_cross_attention_fwd(q, k, v, *decays[:3])  # whole lines
+        criss_cross.criss_cross_attention_bwd(out, q, k, v, *decays[:3], residuals=residuals)
+        rows = [torch.randn(1, 1, 1, 65, d).to(dtype) for _ in range(3)]  # too long: the tiled line kernels
+        row_decays = [-torch.rand(1, 1, 1, 65) for _ in range(2)]
+        out, _ = criss_cross.criss_cross_attention_fwd(*rows, *row_decays)
+        criss_cross.criss_cross_attention_bwd(out, *rows, *row_decays)
     for n_state, dtype in ((1, torch.float16), (16, torch.float32)):
         u = torch.randn(1, 4, 5).to(dtype)
         args = (u, u.float(), -torch.rand(4, n_state), torch.randn(1, n_state, 5), torch.randn(1, n_state, 5))
@@ -199,7 +205,7 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         decay_scan.decay_scan_fwd(x, ld, 3, dtype)
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
     launched_modules = ("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line",
-                        "selective_scan.scan", "polyline_scan.decay_scan")
+                        "polyline_attention.whole_line", "selective_scan.scan", "polyline_scan.decay_scan")
     assert {t.kernel_id for t, _ in launches} == {k for k in TUNED if k.rsplit(".", 1)[0] in launched_modules}
     for t, variant in launches:
         configs = t.configs

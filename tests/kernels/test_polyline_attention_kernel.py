@@ -28,7 +28,7 @@ if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != 
         "Triton kernels need a CUDA device or TRITON_INTERPRET=1 (CPU interpreter)", allow_module_level=True
     )
 
-from ppma.kernels.polyline_attention import line, vanilla  # noqa: E402
+from ppma.kernels.polyline_attention import line, vanilla, whole_line  # noqa: E402
 from ppma.ops import polyline_attention, polyline_attention_reference  # noqa: E402
 from ppma.ops.polyline_attention_impl.flex import polyline_attention_flex  # noqa: E402
 from ppma.ops.registry import get_op, implementation  # noqa: E402
@@ -115,11 +115,13 @@ def test_criss_cross_fp32_matches_reference(case):
 
 @pytest.mark.parametrize("block", [32, 64])
 def test_criss_cross_larger_tiles_match_reference(block, monkeypatch):
-    """The line kernels' 32- and 64-token tiles (GPU configurations; the interpreter runs the
-    first, 16) on lines longer than a tile: 2 x 70 (rows of 70 tokens, columns of 2)."""
+    """The tiled line kernels' 32- and 64-token tiles (GPU configurations; the interpreter runs
+    the first, 16) on lines longer than a tile: 2 x 130 (rows of 130 tokens, longer than the
+    whole-line kernels take, columns of 2)."""
+    assert not whole_line.fits((2, 130))
     for kernel in (line._line_fwd_kernel, line._line_bwd_kernel):
         monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["BLOCK_M"] == block][:1])
-    check(make_inputs((2, 70), torch.float32), "criss_cross", "official")
+    check(make_inputs((2, 130), torch.float32), "criss_cross", "official")
 
 
 @pytest.mark.parametrize("kind,grid,form", [("vanilla", (7, 9), "official"), ("vanilla", (7, 9), "paper"),

@@ -9,7 +9,7 @@ import torch
 import ppma.kernels.common.runtime as runtime
 from ppma.ops import backend_report, registry, select_backend
 from ppma.ops.polyline_attention_impl import op
-from ppma.ops.polyline_attention_impl.op import CRISS_CROSS_TORCH_MAX_TOKENS, triton_auto_for
+from ppma.ops.polyline_attention_impl.op import triton_auto_for
 
 
 def shapes(kind, grid, d=8):
@@ -28,11 +28,15 @@ def on_cuda(monkeypatch):
 
 
 @pytest.mark.parametrize("requested,kind,grid,expected", [
-    (None, "criss_cross", (14, 14), "torch"),
+    (None, "criss_cross", (14, 14), "triton"),  # whole lines
+    (None, "criss_cross", (64, 64), "triton"),
+    (None, "criss_cross", (2, 57, 57), "triton"),
+    (None, "criss_cross", (65, 65), "torch"),  # tiled lines
     (None, "criss_cross", (80, 80), "torch"),
-    (None, "criss_cross", (2, 57, 57), "triton"),  # 3-D: tokens of the whole grid
+    (None, "criss_cross", (1, 100), "torch"),
+    (None, "criss_cross", (2, 65, 65), "triton"),  # 3-D: tokens of the whole grid
     (None, "criss_cross", (128, 128), "triton"),
-    ("triton", "criss_cross", (14, 14), "triton"),  # forced
+    ("triton", "criss_cross", (80, 80), "triton"),  # forced
     ("torch", "criss_cross", (128, 128), "torch"),  # forced
     (None, "vanilla", (14, 14), "triton"),
 ])
@@ -47,21 +51,21 @@ def test_select_backend_applies_the_rule_to_auto_only(on_cuda, requested, kind, 
 def test_the_report_names_the_rule(on_cuda):
     row = backend_report("cuda")["polyline_attention"]
     assert row["selected"] == "triton"
-    assert row["triton"] == "available (auto: not the criss-cross kind on grids of at most 80 x 80 tokens " \
-                            "(CRISS_CROSS_TORCH_MAX_TOKENS))"
+    assert row["triton"] == "available (auto: not the criss-cross kind with lines over 64 tokens on grids " \
+                            "of at most 80 x 80 tokens)"
 
 
-def test_auto_routes_small_criss_cross_grids_through_the_public_op(monkeypatch):
-    """With the device's candidates Triton then torch (as on CUDA), ``auto`` runs a 7 x 9
-    criss-cross on the torch path, the vanilla kind on Triton; a forced Triton stays."""
-    assert 7 * 9 <= CRISS_CROSS_TORCH_MAX_TOKENS
+def test_auto_routes_criss_cross_grids_through_the_public_op(monkeypatch):
+    """With the device's candidates Triton then torch (as on CUDA), ``auto`` runs a 1 x 70
+    criss-cross (rows too long for whole lines) on the torch path, a 7 x 9 one and the vanilla
+    kind on Triton; a forced Triton stays."""
     ran = []
     monkeypatch.setattr(registry, "_candidates",
                         lambda name, device, backend: ("triton", "torch") if backend is None else (backend,))
     monkeypatch.setattr(op, "OP", lambda *args, backend: ran.append(backend))
-    q, k, v = (torch.randn(1, 2, 7, 9, 8) for _ in range(3))
-    decays = [-torch.rand(1, 2, 7, 9) for _ in range(2)]
-    op.polyline_attention(q, k, v, *decays, kind="criss_cross")
-    op.polyline_attention(q, k, v, *decays, kind="vanilla")
-    op.polyline_attention(q, k, v, *decays, kind="criss_cross", backend="triton")
-    assert ran == ["torch", "triton", "triton"]
+    for grid, kind, backend in (((1, 70), "criss_cross", None), ((7, 9), "criss_cross", None),
+                                ((7, 9), "vanilla", None), ((1, 70), "criss_cross", "triton")):
+        q, k, v = (torch.randn(1, 2, *grid, 8) for _ in range(3))
+        decays = [-torch.rand(1, 2, *grid) for _ in range(2)]
+        op.polyline_attention(q, k, v, *decays, kind=kind, backend=backend)
+    assert ran == ["torch", "triton", "triton", "triton"]

@@ -1,8 +1,9 @@
 """Public :func:`polyline_attention`: the custom op ``ppma::polyline_attention``, registered below
 with its FLOP formula and its Triton kernels (``ppma.kernels.polyline_attention``: the mask is
 computed per tile, nothing ``N x N`` is stored), the default on CUDA; the reference elsewhere.
-``PPMA_BACKEND`` (or ``backend=``) forces either. ``auto`` routes the criss-cross kind on grids of
-at most :data:`CRISS_CROSS_TORCH_MAX_TOKENS` tokens to the torch path, which was faster there
+``PPMA_BACKEND`` (or ``backend=``) forces either. ``auto`` routes the criss-cross kind with lines
+too long for the whole-line kernels, on grids of at most :data:`CRISS_CROSS_TORCH_MAX_TOKENS`
+tokens, to the torch path, which was faster there than the tiled line kernels
 (:func:`triton_auto_for`, the Triton kernel's per-shape rule in the registry). The FlexAttention form of the vanilla kind (:mod:`.flex`) is a benchmark
 column, not a backend."""
 from __future__ import annotations
@@ -20,20 +21,26 @@ from ..registry import Impl, Kernel, cpu_only, register, select_backend
 from . import cpu
 from .reference import FORMS, KINDS, polyline_attention_reference
 
-# Criss-cross grids (tokens per image) up to which ``auto`` takes the torch path. Measured on an
-# H200, bf16, 8 heads of 32 channels (docs/benchmarks.md): the Triton line kernels ran at
-# 0.78-0.91x the torch path's speed at 14x14 (batch 64), 32x32, 64x64 and 80x80, forward and
-# forward+backward (one exception, 1.1x for the 64x64 forward), and 2.5x faster at 128x128
-# forward, where the torch path's forward+backward needs O(N^1.5) memory. The bound is the
-# largest measured grid where the kernels were slower.
+# Criss-cross grids (tokens per image) up to which ``auto`` takes the torch path when their lines
+# are too long for the whole-line kernels (longer than 64 tokens). Measured on an H200, bf16, 8
+# heads of 32 channels (docs/benchmarks.md), before the whole-line kernels: the tiled line
+# kernels ran at 0.78-0.91x the torch path's speed at 14x14 (batch 64), 32x32, 64x64 and 80x80,
+# forward and forward+backward (one exception, 1.1x for the 64x64 forward), and 2.5x faster at
+# 128x128 forward, where the torch path's forward+backward needs O(N^1.5) memory. The bound is the
+# largest measured grid where the tiled kernels were slower.
 CRISS_CROSS_TORCH_MAX_TOKENS = 80 * 80
 
 
 def triton_auto_for(q, k, v, log_alpha, log_beta, log_gamma, kind, form) -> bool:
-    """not the criss-cross kind on grids of at most 80 x 80 tokens (CRISS_CROSS_TORCH_MAX_TOKENS)
+    """not the criss-cross kind with lines over 64 tokens on grids of at most 80 x 80 tokens
 
-    The ``auto_for`` of the Triton kernel: ``q`` is its shape ``(B, heads, *grid, d)``."""
-    return not (kind == "criss_cross" and math.prod(q[2:-1]) <= CRISS_CROSS_TORCH_MAX_TOKENS)
+    The ``auto_for`` of the Triton kernel: ``q`` is its shape ``(B, heads, *grid, d)``. Lines of
+    at most 64 tokens run the whole-line kernels, longer ones the tiled kernels, which were slower
+    than the torch path up to CRISS_CROSS_TORCH_MAX_TOKENS (called only where Triton is installed)."""
+    from ppma.kernels.polyline_attention.whole_line import fits
+
+    grid = q[2:-1]
+    return not (kind == "criss_cross" and not fits(grid) and math.prod(grid) <= CRISS_CROSS_TORCH_MAX_TOKENS)
 
 
 def _flops(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
@@ -62,15 +69,16 @@ def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
 def _load_triton() -> Impl:
     """The fused kernels. The vanilla kind keeps its softmax statistics (and, official form, the
     V2H output) as residuals and needs its output in the backward; the criss-cross kind keeps
-    none (its backward runs the line chains again, O(N C) memory)."""
+    each path order's intermediate products on grids of whole-line kernels, none on longer lines
+    (its backward runs the line chains again, O(N C) memory either way)."""
     from ppma.kernels import polyline_attention as kernels
+    from ppma.kernels.polyline_attention.criss_cross import residual_count
     from ppma.kernels.polyline_attention.vanilla import residual_shapes
 
     def forward(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         q, k, v = autocast_inputs(q, k, v)
-        if kind == "vanilla":
-            return kernels.vanilla_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form)
-        return kernels.criss_cross_attention_fwd(q, k, v, log_alpha, log_beta, log_gamma, form), ()
+        attend = kernels.vanilla_attention_fwd if kind == "vanilla" else kernels.criss_cross_attention_fwd
+        return attend(q, k, v, log_alpha, log_beta, log_gamma, form)
 
     def backward(grads, residuals, q, k, v, log_alpha, log_beta, log_gamma, kind, form):
         out, *residuals = residuals
@@ -79,13 +87,14 @@ def _load_triton() -> Impl:
         if kind == "vanilla":
             grads = kernels.vanilla_attention_bwd(grad, out, residuals, *qkv, *decays, form)
         else:
-            grads = kernels.criss_cross_attention_bwd(grad, *qkv, *decays, form)
+            grads = kernels.criss_cross_attention_bwd(grad, *qkv, *decays, form, residuals)
         inputs = [t for t in (q, k, v, log_alpha, log_beta, log_gamma) if t is not None]
         return [g.to(t.dtype) for g, t in zip(grads, inputs)]
 
     def residuals_fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
-        if kind != "vanilla":
-            return ()
+        if kind != "vanilla":  # like the output
+            return tuple(_fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form)
+                         for _ in range(residual_count(q.shape[2:-1])))
         shapes = residual_shapes(q.shape, v.shape[-1], form)
         return tuple(q.new_empty(shape, dtype=torch.float32) for shape in shapes)
 
@@ -100,7 +109,8 @@ OP = register(
     flops=_flops,
     kernels=[
         Kernel("triton", load=_load_triton, auto_for=triton_auto_for,
-               **triton_checks(("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line"))),
+               **triton_checks(("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line",
+                                "polyline_attention.whole_line"))),
         Kernel("cpu", cpu_only, cpu.load),
     ],
 )
