@@ -249,8 +249,10 @@ def count_variants(kernels, device) -> int:
 
 def recompilation_check(device, dtype, kind, form, sizes=20):
     """Run forward and backward on ``sizes`` random grids and batch sizes (a detection loader's
-    variety); returns ``(variants after the first size, variants after all, tile widths seen)``:
-    the vanilla forward specializes on its tile width (16 or 32 columns), nothing else does."""
+    variety); returns ``(variants after the first size, variants after all, tiles seen)``: the
+    vanilla forward specializes on its tile width (16 or 32 columns), the criss-cross kind's
+    whole-line kernels on their line block (16, 32 or 64 tokens), nothing else does."""
+    from ppma.kernels.common.strided import pow2
     from ppma.kernels.polyline_attention import line, vanilla, whole_line
 
     kernels = [k.fn for k in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
@@ -260,7 +262,10 @@ def recompilation_check(device, dtype, kind, form, sizes=20):
     counts, buckets = [], set()
     for i in range(sizes):
         shape = (rng.randint(1, 4), 8, rng.randint(10, 64), rng.randint(10, 64), 32)
-        buckets.add(vanilla.columns(shape[3], backward=False, fp32=dtype == torch.float32))
+        if kind == "vanilla":
+            buckets.add(vanilla.columns(shape[3], backward=False, fp32=dtype == torch.float32))
+        else:
+            buckets.update(max(16, pow2(n)) for n in shape[2:4])
         inputs, grad = make_inputs(shape, dtype, device, True)
         out = polyline_attention(*inputs, kind=kind, form=form, backend="triton")
         torch.autograd.grad(out, inputs, grad)
@@ -319,7 +324,7 @@ def main(argv=None):
     if device.type == "cuda":
         first, last, buckets = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
         print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all,"
-              f" over {buckets} tile widths ({'as expected' if last <= first * buckets else 'RECOMPILED'})")
+              f" over {buckets} tiles ({'as expected' if last <= first * buckets else 'RECOMPILED'})")
     else:
         print("\n# recompilation check: CUDA only (the interpreter compiles nothing)")
 

@@ -6,10 +6,9 @@ orders, ``0.5 * A_W A_H (A_T) V + 0.5 * (A_T) A_H A_W V``. Each application is o
 
 - Lines of at most :data:`.whole_line.MAX_LINE` tokens on every axis (:mod:`.whole_line`): one
   program per whole line, in place on the ``(B, heads, *grid, C)`` tensors (strided views of
-  split heads included). The forward keeps
-  each order's intermediate products (``2 (axes - 1)`` tensors like ``v``) as residuals; the
-  backward runs the applications' backward kernels in reverse order, four launches on a 2-D grid
-  (six on a 3-D one), as many as the forward.
+  split heads included). The forward keeps each order's intermediate products (``2 (axes - 1)``
+  tensors like ``v``) as residuals; the backward runs the applications' backward kernels in
+  reverse order, four launches on a 2-D grid (six on a 3-D one), as many as the forward.
 - Longer lines (:mod:`.line`): the kernels tile each line, on ``(lines, n, C)`` copies (``q``,
   ``k`` and the decay sums are laid out once per axis); the backward runs the chains again for
   their intermediates and log-sum-exps (no residuals), then the line backward kernels in reverse
