@@ -165,7 +165,7 @@ def _whole_line_bwd_kernel(Q, K, Y, LD, DO, DQ, DK, DY, DLD, n, inner, image_lin
     # -|G_j - G_l| = -sign(j - l) (G_j - G_l) with G non-decreasing; G_m = -sum_{0 < p <= m} log_decay_p
     t = d_log_mask * _sign(j[:, None] - j[None, :])
     dg = tl.sum(t, 0) - tl.sum(t, 1)
-    dld = tl.cumsum(dg, 0) - tl.sum(dg, 0) - dg  # -sum_{m >= p} dG_m
+    dld = -tl.cumsum(dg, 0, reverse=True)  # -sum_{m >= p} dG_m
     dld = tl.where(j > 0, dld, 0.0)
     if accumulate_decay:
         dld += tl.load(DLD + pair * N + g, mask=ok, other=0.0)
