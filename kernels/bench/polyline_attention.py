@@ -23,14 +23,16 @@ tensor-core FLOPs, exponentials and other elementwise operations per pass, with 
 the grid-aligned tiles, against the minimum (unmasked attention on the same ``q``, ``k``, ``v``:
 FlashAttention-2's products and one exponential per weight), and the bytes each pass must move
 through DRAM against the bytes its tiles stream through L2. Criss-cross kind on whole lines
-(:func:`whole_line_model`): the products and exponentials of the padded line tiles against the
-unpadded lines', and the DRAM bytes of the launches against the op's own inputs and outputs.
+(:func:`criss_cross_model`): the products and exponentials of the padded line tiles against one
+pass over the unpadded lines, and the DRAM bytes of the launches against the op's own inputs and
+outputs.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import functools
+import math
 import platform
 import random
 
@@ -45,8 +47,10 @@ from ppma.ops.polyline_attention_impl.flex import polyline_attention_flex
 
 # (B, heads, H, W, head dim): the issue's layer shapes
 FULL_SHAPES = [(64, 8, 14, 14, 32), (1, 8, 32, 32, 32), (1, 8, 64, 64, 32), (1, 8, 80, 80, 32), (1, 8, 128, 128, 32)]
-# the criss-cross kind adds PPMA-T's criss-cross stages at 224 x 224, batch 64 (4 heads of 16 and 32)
-CRISS_CROSS_SHAPES = [(64, 4, 56, 56, 16), (64, 4, 28, 28, 32), *FULL_SHAPES]
+# the criss-cross kind adds PPMA-T's criss-cross stages (4 heads of 16 and 32 channels) at 224 x 224,
+# batch 64 (whole lines), and on a detector's 1333 x 800 inputs, batch 2 (tiled lines)
+CRISS_CROSS_SHAPES = [(64, 4, 56, 56, 16), (64, 4, 28, 28, 32), (2, 4, 200, 333, 16), (2, 4, 100, 166, 32),
+                      *FULL_SHAPES]
 QUICK_SHAPES = [(1, 2, 7, 9, 16)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 IMPLS = ("torch", "triton", "flex", "sdpa")
@@ -127,42 +131,53 @@ def vanilla_model(shape, form, element_size, block=64):
     return model
 
 
-def whole_line_model(shape, form, element_size):
-    """Cost model of the criss-cross kind's whole-line kernels for one ``(B, heads, H, W, d)``
-    shape (``d = dv``, lines of at most 64 tokens): per pass (``fwd``, ``bwd``) ``{'tensor':
-    FLOPs of the products of the padded ``BLOCK x BLOCK`` line tiles, 'exp': their exponentials,
-    'dram': bytes the launches move, 'min_tensor', 'min_exp': the same on unpadded lines,
-    'min_dram': the op's own inputs and outputs}``. Each of the four applications (two per axis)
-    reads ``q``, ``k``, its input and the axis' log-decays and writes (the second order's last
-    adds to) its output; the forward writes two intermediates, which the backward reads. The
-    backward's application reads ``q``, ``k``, its input, the log-decays and ``dO``, writes
-    ``dy`` and the axis' decay gradient and adds to the fp32 ``dq``, ``dk`` (read-modify-write
-    after the first)."""
+def criss_cross_model(shape, form, element_size, tile=64):
+    """Cost model of the criss-cross kind's kernels for one ``(B, heads, H, W, d)`` shape
+    (``d = dv``): per pass (``fwd``, ``bwd``) ``{'tensor': FLOPs of the products of the padded
+    tiles, 'exp': their exponentials, 'dram': bytes the launches move, 'min_tensor', 'min_exp':
+    the products and exponentials of one pass over the unpadded lines, 'min_dram': the op's own
+    inputs and outputs}``. Lines of at most 64 tokens run the whole-line kernels (one padded
+    ``BLOCK x BLOCK`` tile a line), longer ones the tiled kernels (``tile x tile`` tiles, every
+    pair of a line's tiles; their backward computes the weights three times: twice in the query
+    pass, once in the key pass, with 9 products where the whole-line backward has 5).
+
+    Each of the four applications (two per axis) reads ``q``, ``k``, its input and the axis'
+    log-decays and writes (the second order's last adds to) its output; the forward writes two
+    intermediates, which the backward reads. The backward's application reads ``q``, ``k``, its
+    input, the log-decays and ``dO``, writes ``dy`` and the axis' decay gradient and adds to the
+    fp32 ``dq``, ``dk`` (read-modify-write after the first); on tiled lines its key pass reads
+    the five again, and the query pass's three fp32 values a token (log-sum-exp, delta, decay
+    term) go through DRAM. A line's tiles are read again from L2, not counted."""
     from ppma.kernels.common.strided import pow2
+    from ppma.kernels.polyline_attention.whole_line import MAX_LINE
 
     b, heads, hh, ww, d = shape
     bh, n = b * heads, hh * ww
     rows, decays, fp32_rows = bh * n * d * element_size, bh * n * 4, bh * n * d * 4
-    model = {}
-    for name, products, exps in (("fwd", 2, 1 if form == "official" else 2), ("bwd", 5, 1 if form == "official" else 2)):
-        tiles = [(bh * n // line, max(16, pow2(line)), line) for line in (hh, ww, ww, hh)]  # the four applications
-        tensor = sum(2 * lines * block * block * d * products for lines, block, _ in tiles)
-        min_tensor = sum(2 * lines * line * line * d * products for lines, _, line in tiles)
-        if name == "fwd":  # q, k, input, decays in; output out; the last adds to the output
-            dram = 4 * (3 * rows + decays + rows) + rows
-            min_dram = 4 * rows + 2 * decays
-        else:  # q, k, input, dO, decays in; dy, decay gradient out; dq, dk fp32, written then added to
-            dram = 4 * (5 * rows + 2 * decays) + 2 * (7 * fp32_rows) + decays * 2
-            min_dram = 7 * rows + 4 * decays  # q, k, v, dO in; dq, dk, dv out; two decays in, two out
-        model[name] = {"tensor": tensor, "exp": sum(lines * block * block * exps for lines, block, _ in tiles),
-                       "dram": dram, "min_tensor": min_tensor,
-                       "min_exp": sum(lines * line * line * exps for lines, _, line in tiles), "min_dram": min_dram}
+    exps = 1 if form == "official" else 2
+    model = {"fwd": dict(tensor=0, exp=0, min_tensor=0, min_exp=0, dram=5 * rows, min_dram=4 * rows + 2 * decays),
+             "bwd": dict(tensor=0, exp=0, min_tensor=0, min_exp=0, dram=2 * 7 * fp32_rows + 2 * decays,
+                         min_dram=7 * rows + 4 * decays)}
+    for line in (hh, ww, ww, hh):  # the four applications
+        lines, whole = bh * n // line, line <= MAX_LINE
+        block = max(16, pow2(line)) if whole else tile
+        weights = lines * block * block * (1 if whole else math.ceil(line / tile) ** 2)
+        tiled_reads = 0 if whole else 4 * rows + 7 * decays
+        for name, products, least_products, passes, dram in (
+                ("fwd", 2, 2, 1, 3 * rows + decays),
+                ("bwd", 5 if whole else 9, 5, 1 if whole else 3, 5 * rows + 2 * decays + tiled_reads)):
+            row = model[name]
+            row["tensor"] += 2 * weights * d * products
+            row["exp"] += weights * exps * passes
+            row["min_tensor"] += 2 * lines * line * line * d * least_products
+            row["min_exp"] += lines * line * line * exps
+            row["dram"] += dram
     return model
 
 
 def print_model(shapes, kind, form, dtype):
-    """The :func:`vanilla_model` or :func:`whole_line_model` table (GFLOP, G exponentials, MB),
-    one row per shape and pass (criss-cross: the shapes whose lines fit the whole-line kernels)."""
+    """The :func:`vanilla_model` or :func:`criss_cross_model` table (GFLOP, G exponentials, MB),
+    one row per shape and pass."""
     size = torch.tensor([], dtype=dtype).element_size()
     if kind == "vanilla":
         print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | other G ops | DRAM MB | L2 MB |")
@@ -173,12 +188,10 @@ def print_model(shapes, kind, form, dtype):
                       f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) | {row['other'] / 1e9:.3g} |"
                       f" {row['dram'] / 1e6:.3g} | {row['l2'] / 1e6:.3g} |")
     else:
-        from ppma.kernels.polyline_attention.whole_line import fits
-
         print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | DRAM MB (op's in + out) |")
         print("|---|---|---:|---:|---:|")
-        for shape in (s for s in shapes if fits(s[2:4])):
-            for name, row in whole_line_model(shape, form, size).items():
+        for shape in shapes:
+            for name, row in criss_cross_model(shape, form, size).items():
                 print(f"| {shape} | {name} | {row['tensor'] / 1e9:.3g} ({row['min_tensor'] / 1e9:.3g}) |"
                       f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) |"
                       f" {row['dram'] / 1e6:.3g} ({row['min_dram'] / 1e6:.3g}) |")
@@ -256,8 +269,8 @@ def recompilation_check(device, dtype, kind, form, sizes=20):
     from ppma.kernels.polyline_attention import line, vanilla, whole_line
 
     kernels = [k.fn for k in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel,
-                              line._line_fwd_kernel, line._line_bwd_kernel, whole_line._whole_line_fwd_kernel,
-                              whole_line._whole_line_bwd_kernel)]
+                              line._line_fwd_kernel, line._line_bwd_query_kernel, line._line_bwd_key_kernel,
+                              whole_line._whole_line_fwd_kernel, whole_line._whole_line_bwd_kernel)]
     rng = random.Random(0)
     counts, buckets = [], set()
     for i in range(sizes):

@@ -123,15 +123,6 @@ def decay_gradients(dg: torch.Tensor, log_alpha, log_gamma) -> list[torch.Tensor
     return grads
 
 
-def decay_gradient(dg: torch.Tensor, axis: int) -> torch.Tensor:
-    """The PyTorch form of one plane of :func:`decay_gradients` (the criss-cross launcher's, on
-    moved layouts): from ``dg`` = d loss / d G, fp32 ``(B, heads, *grid)``, where
-    ``G = cumsum(-log_decay, axis)``, ``-`` the reverse cumulative sum, zero at index 0."""
-    grad = -dg.flip(axis).cumsum(axis).flip(axis)
-    grad.narrow(axis, 0, 1).zero_()
-    return grad.contiguous()
-
-
 def compile_cases() -> list[tuning.CompileCase]:
     """Both kernels (one configuration each) for ``tools/kernel_resources.py``."""
     cases = []

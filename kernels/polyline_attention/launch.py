@@ -1,6 +1,6 @@
-"""What the launchers of the polyline attention kernels (:mod:`.vanilla`, :mod:`.line`) share: the
-precision of their products, the channel blocks of a head dim, and the head-dim part of a
-launch's name in the resource table (:mod:`..common.tuning`)."""
+"""What the launchers of the polyline attention kernels (:mod:`.vanilla`, :mod:`.whole_line`,
+:mod:`.line`) share: the precision of their products, the channel blocks of a head dim, and the
+head-dim part of a launch's name in the resource table (:mod:`..common.tuning`)."""
 from __future__ import annotations
 
 import torch

@@ -59,12 +59,12 @@ def _variant(args) -> str:
 
 
 @triton.jit
-def _line_tokens(n, inner, image_lines, BLOCK: tl.constexpr):
-    """The program's line: its (batch, head) pair, its tokens' grid indices (int64, ``BLOCK``),
-    which are in the line, and their positions along it."""
-    line = tl.program_id(0).to(tl.int64)
+def _tokens(line, start, n, inner, image_lines, BLOCK: tl.constexpr):
+    """Tokens ``start`` to ``start + BLOCK`` of ``line`` (int64, an index over the lines of every
+    (batch, head) pair): the line's pair, the tokens' grid indices (int64), which are in the line,
+    and their positions along it."""
     pair, i = line // image_lines, line % image_lines
-    j = tl.arange(0, BLOCK)
+    j = start + tl.arange(0, BLOCK)
     return pair, (i // inner) * n * inner + i % inner + j * inner, j < n, j
 
 
@@ -119,7 +119,7 @@ def _whole_line_fwd_kernel(Q, K, Y, LD, O, n, inner, image_lines, heads, D, DV,
                            BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     """``O = scale * A y``, or ``O += scale * A y`` when ``accumulate``, on the program's line
     (``O`` contiguous; ``s<t>b``, ``s<t>h``, ``s<t>t``: tensor ``t``'s batch, head, token strides)."""
-    pair, g, ok, j = _line_tokens(n, inner, image_lines, BLOCK)
+    pair, g, ok, j = _tokens(tl.program_id(0).to(tl.int64), 0, n, inner, image_lines, BLOCK)
     N = n * image_lines
     q = _load_rows(Q, pair, g, ok, heads, sqb, sqh, sqt, D, BLOCK_D)
     k = _load_rows(K, pair, g, ok, heads, skb, skh, skt, D, BLOCK_D)
@@ -140,7 +140,7 @@ def _whole_line_bwd_kernel(Q, K, Y, LD, DO, DQ, DK, DY, DLD, n, inner, image_lin
     """Backward of ``O = A y`` for ``dO = scale * DO`` on the program's line: ``DY`` (``y``'s
     dtype), ``DQ``, ``DK`` and ``DLD`` (fp32), all contiguous, written, or added to by the
     ``accumulate_*`` flags (``so*``: ``DO``'s strides)."""
-    pair, g, ok, j = _line_tokens(n, inner, image_lines, BLOCK)
+    pair, g, ok, j = _tokens(tl.program_id(0).to(tl.int64), 0, n, inner, image_lines, BLOCK)
     N = n * image_lines
     q = _load_rows(Q, pair, g, ok, heads, sqb, sqh, sqt, D, BLOCK_D)
     k = _load_rows(K, pair, g, ok, heads, skb, skh, skt, D, BLOCK_D)

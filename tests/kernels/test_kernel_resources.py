@@ -193,8 +193,8 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         criss_cross.criss_cross_attention_bwd(out, q, k, v, *decays[:3], residuals=residuals)
         rows = [torch.randn(1, 1, 1, 65, d).to(dtype) for _ in range(3)]  # too long: the tiled line kernels
         row_decays = [-torch.rand(1, 1, 1, 65) for _ in range(2)]
-        out, _ = criss_cross.criss_cross_attention_fwd(*rows, *row_decays)
-        criss_cross.criss_cross_attention_bwd(out, *rows, *row_decays)
+        out, residuals = criss_cross.criss_cross_attention_fwd(*rows, *row_decays)
+        criss_cross.criss_cross_attention_bwd(out, *rows, *row_decays, residuals=residuals)
     for n_state, dtype in ((1, torch.float16), (16, torch.float32)):
         u = torch.randn(1, 4, 5).to(dtype)
         args = (u, u.float(), -torch.rand(4, n_state), torch.randn(1, n_state, 5), torch.randn(1, n_state, 5))

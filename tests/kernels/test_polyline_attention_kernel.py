@@ -114,18 +114,20 @@ def test_criss_cross_fp32_matches_reference(case):
 
 
 @pytest.mark.parametrize("block", [32, 64])
-def test_criss_cross_larger_tiles_match_reference(block, monkeypatch):
+@pytest.mark.parametrize("form", ["official", "paper"])
+def test_criss_cross_larger_tiles_match_reference(block, form, monkeypatch):
     """The tiled line kernels' 32- and 64-token tiles (GPU configurations; the interpreter runs
     the first, 16) on lines longer than a tile: 2 x 130 (rows of 130 tokens, longer than the
-    whole-line kernels take, columns of 2)."""
+    whole-line kernels take, the last tile partial; columns of 2)."""
     assert not whole_line.fits((2, 130))
-    for kernel in (line._line_fwd_kernel, line._line_bwd_kernel):
+    for kernel in (line._line_fwd_kernel, line._line_bwd_query_kernel, line._line_bwd_key_kernel):
         monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["BLOCK_M"] == block][:1])
-    check(make_inputs((2, 130), torch.float32), "criss_cross", "official")
+    check(make_inputs((2, 130), torch.float32), "criss_cross", form)
 
 
 @pytest.mark.parametrize("kind,grid,form", [("vanilla", (7, 9), "official"), ("vanilla", (7, 9), "paper"),
-                                            ("vanilla", (2, 2, 3), "official"), ("criss_cross", (3, 5), "official")])
+                                            ("vanilla", (2, 2, 3), "official"), ("criss_cross", (3, 5), "official"),
+                                            ("criss_cross", (2, 67), "paper")])
 def test_fp16_matches_reference(kind, grid, form):
     check(make_inputs(grid, torch.float16), kind, form)
 
@@ -137,13 +139,17 @@ def test_head_dims_and_batches():
     check(make_inputs((2, 3), torch.float32, batch=2, heads=1, d=20), "criss_cross", "paper")
 
 
-def test_strong_decays_and_large_logits():
-    """Log-decays down to -8 per step (masks down to exp(-300)) and logits of size 20: finite
-    and within tolerance (the online softmax never overflows)."""
-    inputs = make_inputs((3, 4), torch.float32)
+@pytest.mark.parametrize("grid,kinds", [((3, 4), (("vanilla", "official"), ("vanilla", "paper"),
+                                                  ("criss_cross", "official"))),
+                                        ((2, 70), (("criss_cross", "official"), ("criss_cross", "paper")))])
+def test_strong_decays_and_large_logits(grid, kinds):
+    """Log-decays down to -8 per step (masks down to exp(-300) on the small grid) and logits of
+    size 20: finite and within tolerance (the online softmax never overflows), on whole lines and
+    on lines of several tiles."""
+    inputs = make_inputs(grid, torch.float32)
     inputs[0] = inputs[0] * 5
     inputs[3], inputs[4] = inputs[3] * 4, inputs[4] * 4
-    for kind, form in (("vanilla", "official"), ("vanilla", "paper"), ("criss_cross", "official")):
+    for kind, form in kinds:
         check(inputs, kind, form)
 
 
@@ -168,7 +174,7 @@ def test_autocast_runs_the_kernel_in_the_autocast_dtype():
         assert g.dtype == w.dtype == torch.float32 and rel_err(g, w) <= 2e-2, f"seed {torch.initial_seed()}"
 
 
-@pytest.mark.parametrize("kind,grid", [("vanilla", (2, 3, 2)), ("criss_cross", (2, 3))])
+@pytest.mark.parametrize("kind,grid", [("vanilla", (2, 3, 2)), ("criss_cross", (2, 3)), ("criss_cross", (2, 66))])
 def test_backward_fake_describes_the_backward(kind, grid):
     """``torch.compile`` plans the backward's memory from ``backward_fake``: same shapes, dtypes,
     strides as the kernels' gradients (fp16 q, k, v; strided views)."""

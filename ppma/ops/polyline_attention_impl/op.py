@@ -3,9 +3,9 @@ with its FLOP formula and its Triton kernels (``ppma.kernels.polyline_attention`
 computed per tile, nothing ``N x N`` is stored), the default on CUDA; the reference elsewhere.
 ``PPMA_BACKEND`` (or ``backend=``) forces either. ``auto`` routes the criss-cross kind with lines
 too long for the whole-line kernels, on grids of at most :data:`CRISS_CROSS_TORCH_MAX_TOKENS`
-tokens, to the torch path, which was faster there than the tiled line kernels
-(:func:`triton_auto_for`, the Triton kernel's per-shape rule in the registry). The FlexAttention form of the vanilla kind (:mod:`.flex`) is a benchmark
-column, not a backend."""
+tokens, to the torch path, which was faster there than the earlier tiled line kernels
+(:func:`triton_auto_for`, the Triton kernel's per-shape rule in the registry). The FlexAttention
+form of the vanilla kind (:mod:`.flex`) is a benchmark column, not a backend."""
 from __future__ import annotations
 
 import math
@@ -24,10 +24,11 @@ from .reference import FORMS, KINDS, polyline_attention_reference
 # Criss-cross grids (tokens per image) up to which ``auto`` takes the torch path when their lines
 # are too long for the whole-line kernels (longer than 64 tokens). Measured on an H200, bf16, 8
 # heads of 32 channels (docs/benchmarks.md), before the whole-line kernels: the tiled line
-# kernels ran at 0.78-0.91x the torch path's speed at 14x14 (batch 64), 32x32, 64x64 and 80x80,
-# forward and forward+backward (one exception, 1.1x for the 64x64 forward), and 2.5x faster at
-# 128x128 forward, where the torch path's forward+backward needs O(N^1.5) memory. The bound is the
-# largest measured grid where the tiled kernels were slower.
+# kernels of then (on per-axis copies, their backward with atomics) ran at 0.78-0.91x the torch
+# path's speed at 14x14 (batch 64), 32x32, 64x64 and 80x80, forward and forward+backward (one
+# exception, 1.1x for the 64x64 forward), and 2.5x faster at 128x128 forward, where the torch
+# path's forward+backward needs O(N^1.5) memory. The bound is the largest measured grid where they
+# were slower; today's tiled kernels (in place, no atomics) are to be measured there.
 CRISS_CROSS_TORCH_MAX_TOKENS = 80 * 80
 
 
@@ -35,8 +36,9 @@ def triton_auto_for(q, k, v, log_alpha, log_beta, log_gamma, kind, form) -> bool
     """not the criss-cross kind with lines over 64 tokens on grids of at most 80 x 80 tokens
 
     The ``auto_for`` of the Triton kernel: ``q`` is its shape ``(B, heads, *grid, d)``. Lines of
-    at most 64 tokens run the whole-line kernels, longer ones the tiled kernels, which were slower
-    than the torch path up to CRISS_CROSS_TORCH_MAX_TOKENS (called only where Triton is installed)."""
+    at most 64 tokens run the whole-line kernels, longer ones the tiled kernels, whose earlier form
+    was slower than the torch path up to CRISS_CROSS_TORCH_MAX_TOKENS (called only where Triton is
+    installed)."""
     from ppma.kernels.polyline_attention.whole_line import fits
 
     grid = q[2:-1]
