@@ -71,8 +71,7 @@ def _fake(q, k, v, log_alpha, log_beta, log_gamma, kind, form):
 def _load_triton() -> Impl:
     """The fused kernels. The vanilla kind keeps its softmax statistics (and, official form, the
     V2H output) as residuals and needs its output in the backward; the criss-cross kind keeps
-    each path order's intermediate products on grids of whole lines (O(N C) memory), none on
-    longer lines (their backward runs the line chains again)."""
+    each path order's intermediate products (O(N C) memory)."""
     from ppma.kernels import polyline_attention as kernels
     from ppma.kernels.polyline_attention.criss_cross import residual_count
     from ppma.kernels.polyline_attention.vanilla import residual_shapes
