@@ -50,6 +50,16 @@ def run(fn, args, grad, form):
     return [out, *torch.autograd.grad(out, [t for t in leaves if t is not None], grad)]
 
 
+def assert_matches_reference(args, form):
+    """The kernels' output and every gradient against the reference's, fp32, rtol 1e-5."""
+    grad = torch.randn(args[2].shape, device=DEVICE)
+    got = run(lambda *a, **kw: polyline_attention(*a, **kw, backend="triton"), args, grad, form)
+    want = run(polyline_attention_reference, args, grad, form)
+    for name, g, w in zip(NAMES, got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, name
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * w.abs().max().item(), msg=name)
+
+
 # (B, heads, grid, form): each line block (lines of 1-16, 17-32 and 33-64 tokens), H != W, odd
 # sizes, single-token lines, batch 1, 3-D grids with each axis the longest
 CASES = [(1, 1, (7, 9), "official"), (2, 2, (7, 9), "paper"), (1, 2, (20, 3), "official"), (1, 1, (1, 33), "paper"),
@@ -71,13 +81,14 @@ def case_id(case):
 def test_lines_match_the_reference(case):
     batch, heads, grid, form = case
     assert whole_line.fits(grid) == (case in CASES)
-    args = inputs(batch, heads, grid)
-    grad = torch.randn(args[2].shape, device=DEVICE)
-    got = run(lambda *a, **kw: polyline_attention(*a, **kw, backend="triton"), args, grad, form)
-    want = run(polyline_attention_reference, args, grad, form)
-    for name, g, w in zip(NAMES, got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, name
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5 * w.abs().max().item(), msg=name)
+    assert_matches_reference(inputs(batch, heads, grid), form)
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (2, 67)], ids=["whole", "tiled"])
+def test_head_dims_of_q_and_v_may_differ(grid):
+    """``d = 20`` for ``q``, ``k`` and ``dv = 40`` for ``v`` (channel blocks 32 and 64: the
+    latter has no resource-table rows and runs the first configuration), on whole and tiled lines."""
+    assert_matches_reference(inputs(1, 2, grid, d=20, dv=40), "official")
 
 
 def test_lines_of_at_most_64_tokens_fit():
