@@ -22,7 +22,7 @@ Before the timings, the cost model of the kernels per shape. Vanilla kind (:func
 tensor-core FLOPs, exponentials and other elementwise operations per pass, with the padding of
 the grid-aligned tiles, against the minimum (unmasked attention on the same ``q``, ``k``, ``v``:
 FlashAttention-2's products and one exponential per weight), and the bytes each pass must move
-through DRAM against the bytes its tiles stream through L2. Criss-cross kind on whole lines
+through DRAM against the bytes its tiles stream through L2. Criss-cross kind
 (:func:`criss_cross_model`): the products and exponentials of the padded line tiles against one
 pass over the unpadded lines, and the DRAM bytes of the launches against the op's own inputs and
 outputs.
@@ -310,7 +310,7 @@ def main(argv=None):
         name = f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}"
     print(f"# polyline_attention benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
     print(f"# kind={args.kind!r} form={args.form!r}; median of {repeat} runs; TFLOP/s: QK^T and PV only\n")
-    tiles = "64-token tiles" if args.kind == "vanilla" else "whole lines"
+    tiles = "64-token tiles" if args.kind == "vanilla" else "whole lines up to 64 tokens, 64-token tiles above"
     print(f"## cost model of the {args.kind} kernels ({args.form}, {args.dtypes[0]}, {tiles})\n")
     print_model(shapes, args.kind, args.form, DTYPES[args.dtypes[0]])
     print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |"

@@ -149,12 +149,13 @@ from ppma.kernels.polyline_attention import line, whole_line
 
 SIZES = ("n", "inner", "image_lines", "heads", "scale")  # any value; strides and channel counts 16-divisible
 VECTOR = r"ld\.global(?:\.\w+)*\.(v[24])\."
-KERNELS = {"whole_line": (whole_line._whole_line_fwd_kernel, whole_line._whole_line_bwd_kernel),
-           "line": (line._line_fwd_kernel, line._line_bwd_query_kernel, line._line_bwd_key_kernel)}
+KERNELS = {"whole_line": (whole_line, (whole_line._whole_line_fwd_kernel, whole_line._whole_line_bwd_kernel)),
+           "line": (line, (line._line_fwd_kernel, line._line_bwd_query_kernel, line._line_bwd_key_kernel))}
 out = []
-for module, variant, arch in json.loads(sys.argv[1]):
-    for kernel in KERNELS[module]:
-        offered = {c.name.split(" | ")[2]: c for c in globals()[module].compile_cases()
+for name, variant, arch in json.loads(sys.argv[1]):
+    module, kernels = KERNELS[name]
+    for kernel in kernels:
+        offered = {c.name.split(" | ")[2]: c for c in module.compile_cases()
                    if c.name.split(" | ")[:2] == [kernel.tuning.kernel_id, variant]}
         configs = [c for c in kernel.tuning.configs if tuning.config_label(c) in offered]
         case = offered[tuning.config_label(tuning.least_spilling(kernel.tuning, variant, configs, divmod(arch, 10))[0])]
