@@ -93,13 +93,14 @@ def attend(impl, kind, form, device):
     return sdpa
 
 
-def vanilla_model(shape, form, element_size, block=64):
+def vanilla_model(shape, form, element_size, block=64, loop_rows=1):
     """Cost model of the vanilla kernels for one ``(B, heads, H, W, d)`` shape (``d = dv``) with
-    fixed tiles of ``block`` tokens: per pass (``fwd``, ``bwd``) ``{'tensor': FLOPs of the
-    products (two per multiply-add), 'exp': exponentials, 'other': other elementwise operations,
-    'dram': bytes that must cross DRAM, 'l2': bytes the loop tiles stream}``, counted on the
-    padded tiles, and the minimum (``'min_tensor'``, ``'min_exp'``: FlashAttention-2's products
-    and one exponential per weight, without padding)."""
+    fixed tiles of ``block`` tokens and loop tiles of ``loop_rows`` image rows: per pass (``fwd``,
+    ``bwd``) ``{'tensor': FLOPs of the products (two per multiply-add), 'exp': exponentials,
+    'other': other elementwise operations, 'dram': bytes that must cross DRAM, 'l2': bytes the
+    loop tiles stream, 'iterations': loop tiles a program takes, one after the other}``, counted
+    on the padded tiles, and the minimum (``'min_tensor'``, ``'min_exp'``: FlashAttention-2's
+    products and one exponential per weight, without padding)."""
     from ppma.kernels.polyline_attention.vanilla import columns
 
     b, heads, hh, ww, d = shape
@@ -123,10 +124,12 @@ def vanilla_model(shape, form, element_size, block=64):
         cols = columns(ww, backward=name == "bwd", fp32=element_size == 4, head=d)
         rows, col_blocks = block // cols, -(-ww // cols)
         fixed = -(-hh // rows) * rows * col_blocks * cols  # padded tokens, fixed side
-        loop = hh * col_blocks * cols  # padded tokens, loop side
+        loop_row_groups = -(-hh // loop_rows)
+        loop = loop_row_groups * loop_rows * col_blocks * cols  # padded tokens, loop side
         pairs = bh * fixed * loop
         model[name] = {"tensor": 2 * pairs * d * p["products"], "exp": pairs * p["exp"], "other": pairs * p["other"],
                        "dram": p["dram"], "l2": p["streams"] * bh * (fixed // block) * loop * 2 * d * element_size,
+                       "iterations": loop_row_groups * col_blocks,
                        "min_tensor": 2 * bh * n * n * d * p["min_products"], "min_exp": bh * n * n}
     return model
 
@@ -180,13 +183,16 @@ def print_model(shapes, kind, form, dtype):
     one row per shape and pass."""
     size = torch.tensor([], dtype=dtype).element_size()
     if kind == "vanilla":
-        print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | other G ops | DRAM MB | L2 MB |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | other G ops | DRAM MB | L2 MB"
+              " | loop tiles a program (2-, 4-row tiles) |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         for shape in shapes:
+            several = [vanilla_model(shape, form, size, loop_rows=rows) for rows in (2, 4)]
             for name, row in vanilla_model(shape, form, size).items():
                 print(f"| {shape} | {name} | {row['tensor'] / 1e9:.3g} ({row['min_tensor'] / 1e9:.3g}) |"
                       f" {row['exp'] / 1e9:.3g} ({row['min_exp'] / 1e9:.3g}) | {row['other'] / 1e9:.3g} |"
-                      f" {row['dram'] / 1e6:.3g} | {row['l2'] / 1e6:.3g} |")
+                      f" {row['dram'] / 1e6:.3g} | {row['l2'] / 1e6:.3g} | {row['iterations']}"
+                      f" ({', '.join(str(m[name]['iterations']) for m in several)}) |")
     else:
         print("| shape (B, heads, H, W, d) | pass | tensor GFLOP (min) | exp G (min) | DRAM MB (op's in + out) |")
         print("|---|---|---:|---:|---:|")
@@ -250,9 +256,34 @@ def run_case(impl, shape, dtype, device, backward, kind, form, warmup, repeat, m
     except torch.OutOfMemoryError:
         return {"note": "out of memory"}
     row = {"time_ms": seconds * 1e3, "peak": peak, "tflops": attention_flops(shape, backward) / seconds / 1e12}
+    if impl == "triton":
+        row["configs"] = kept_configs(kind, step)
     if want is not None and impl != "sdpa":
         row["error"] = relative_error(outcome(fn, inputs, grad, backward), want)
     return row
+
+
+def tuned_kernels(kind) -> dict:
+    """The autotuned Triton kernels of ``kind``, by a short name."""
+    from ppma.kernels.polyline_attention import line, vanilla, whole_line
+
+    if kind == "vanilla":
+        return {"fwd": vanilla._fwd_kernel, "dk/dv": vanilla._bwd_dkdv_kernel, "dq": vanilla._bwd_dq_kernel}
+    return {"whole fwd": whole_line._whole_line_fwd_kernel, "whole bwd": whole_line._whole_line_bwd_kernel,
+            "tiled fwd": line._line_fwd_kernel, "tiled query": line._line_bwd_query_kernel,
+            "tiled key": line._line_bwd_key_kernel}
+
+
+def kept_configs(kind, step) -> str:
+    """Run ``step`` and name the configuration each Triton kernel of ``kind`` ran in it (the
+    autotuner's choice for that launch's key; the kernels it did not launch are left out)."""
+    from ppma.kernels.common.tuning import config_label
+
+    kernels = tuned_kernels(kind)
+    for kernel in kernels.values():
+        kernel.best_config = None
+    step()
+    return "; ".join(f"{name} {config_label(k.best_config)}" for name, k in kernels.items() if k.best_config)
 
 
 def count_variants(kernels, device) -> int:
@@ -316,6 +347,7 @@ def main(argv=None):
     print("| shape (B, heads, H, W, d) | dtype | pass | impl | time (ms) | peak MiB | TFLOP/s | vs torch | vs SDPA |"
           " error vs fp32 |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    kept = []  # (shape, dtype, pass, the triton row's configurations)
     for shape in shapes:
         for dname in args.dtypes:
             for backward in (False, True):
@@ -334,6 +366,12 @@ def main(argv=None):
                     error = f"{row['error']:.1e}" if "error" in row else "n/a"
                     print(f"{head} {row['time_ms']:.4g} | {row['peak'] / 2**20:.1f} | {row['tflops']:.3g} |"
                           f" {vs_ref} | {vs_floor} | {error} |")
+                    if "configs" in row:
+                        kept.append(f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {row['configs']} |")
+    if kept:
+        print("\n## the configurations the triton rows ran (the autotuner's choice at each shape)\n")
+        print("| shape (B, heads, H, W, d) | dtype | pass | kernel: tile, warps, stages |\n|---|---|---|---|")
+        print("\n".join(kept))
     if device.type == "cuda":
         first, last, buckets = recompilation_check(device, DTYPES[args.dtypes[0]], args.kind, args.form)
         print(f"\n# recompilation: {first} compiled kernel variants after the first of 20 sizes, {last} after all,"

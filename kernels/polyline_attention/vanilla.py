@@ -10,15 +10,17 @@ mask is ``M(key, query)``.
 
 Tiles follow the grid. Every program owns a *fixed* tile ``F``: ``ROWS`` image rows of one frame
 by ``COLS`` columns (16 or 32, whichever pads W least; 16 in the backward; ``ROWS = BLOCK //
-COLS``, ``BLOCK`` autotuned); it loops over *loop* tiles ``L``, each one image row segment of
-``COLS`` columns, column block by column block. Then every log mask is broadcasts of per-row
-vectors, never a ``BLOCK x BLOCK`` gather:
+COLS``, ``BLOCK`` autotuned); it loops over *loop* tiles ``L`` of ``LROWS`` image rows of one
+frame by ``COLS`` columns (``LROWS`` 1, 2 or 4, autotuned: ``LROWS * COLS`` keys a product),
+column block by column block. Then every log mask is broadcasts of per-row vectors, never a
+``BLOCK x BLOCK`` gather:
 
 - ``M(F, L)`` (``to`` in ``F``) reads ``Ga``, ``Gb`` at the corners (``F``'s row, ``L``'s
   column): a ``(BLOCK, COLS)`` table that is the same for every loop row of a column block,
-  gathered once per column block; the rest are vectors over ``L``.
-- ``M(L, F)`` (``to`` in ``L``) reads ``Ga``, ``Gb`` at (``L``'s row, ``F``'s column): vectors
-  over ``F``, one gather of ``BLOCK`` values per loop row.
+  gathered once per column block and repeated over the loop tile's rows; the rest are vectors
+  over ``L``.
+- ``M(L, F)`` (``to`` in ``L``) reads ``Ga``, ``Gb`` at (``L``'s row, ``F``'s column): a
+  ``(BLOCK, LROWS)`` gather per loop tile, repeated over each row's columns.
 
 Forward (``F`` = queries, ``L`` = keys; one pass, ``QK^T`` once): ``form='official'`` keeps two
 online softmaxes (logits plus the V2H = ``M(F, L)`` / H2V = ``M(L, F)`` log mask) and two
@@ -66,10 +68,13 @@ from .decays import cumulative_decays, decay_gradients
 from .launch import channel_blocks, head_bucket, precision
 
 # Fixed tiles of BLOCK tokens (the autotuner's choice; the interpreter runs the first) on rows of
-# COLS columns (the launcher's: :func:`columns`). Registers bound the tiles: the BLOCK x COLS fp32
-# tiles (logits, masks, probabilities, the corner tables and the backward's corner sums) and the
-# accumulators live in registers. mma layouts give every warp 16 of the tile's rows first, so
-# warps beyond BLOCK / 16 go along the channels: a 64-token tile on 8 warps holds as many
+# COLS columns (the launcher's: :func:`columns`), loop tiles of LROWS rows. One-row loop tiles make
+# many short iterations (64 x 16 products at 14 x 14, a dependent online-softmax update each); two
+# and four rows give FlashAttention-2's 64 x 32 and 64 x 64 products (the backward's four-row
+# tiles on 16-token fixed tiles: the larger spilled). Registers bound the tiles: the
+# BLOCK x (LROWS * COLS) fp32 tiles (logits, masks, probabilities), the BLOCK x COLS corner tables
+# and the backward's corner sums, and the accumulators live in registers. mma layouts give every
+# warp 16 of the tile's rows first, so warps beyond BLOCK / 16 go along the channels: a 64-token tile on 8 warps holds as many
 # registers per thread as on 4, a 16-token tile on 8 or 16 warps an eighth or a sixteenth of its
 # accumulators (how head dims 64 and 128 fit). The backward takes one pipeline stage (the loop
 # tiles' prefetch costs it 20-40 registers). ``maxnreg=255``: with Triton's ptxas options
@@ -80,16 +85,19 @@ from .launch import channel_blocks, head_bucket, precision
 # sm_80 and sm_90 for every variant of the table (tests/kernels/test_kernel_resources.py).
 
 
-def _configs(shapes, stages: int, maxnreg=None):
-    """``triton.Config`` of ``(BLOCK, num_warps)`` pairs."""
-    return [triton.Config({"BLOCK": block}, num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+def _configs(shapes, stages: int, maxnreg=None, loop_rows: int = 1):
+    """``triton.Config`` of ``(BLOCK, num_warps)`` pairs with ``LROWS = loop_rows``."""
+    return [triton.Config({"BLOCK": block, "LROWS": loop_rows}, num_warps=warps, num_stages=stages, maxnreg=maxnreg)
             for block, warps in shapes]
 
 
-FWD_CONFIGS = _configs([(64, 4), (64, 8), (128, 8)], 2) + _configs([(32, 8), (16, 4), (16, 8)], 2, 255)
+FWD_CONFIGS = (_configs([(64, 4), (64, 8), (128, 8)], 2) + _configs([(32, 8), (16, 4), (16, 8), (16, 16)], 2, 255)
+               + _configs([(64, 4), (64, 8)], 2, 255, loop_rows=2) + _configs([(64, 8)], 2, 255, loop_rows=4))
 BWD_CONFIGS = (_configs([(64, 4), (64, 8)], 1)  # 128-token tiles spilled in bf16 on sm_80 (44-80 bytes)
-               + _configs([(32, 8), (16, 4), (16, 8), (16, 16)], 1, 255))
-DKDV_CONFIGS = _configs([(64, 4), (64, 8), (32, 8), (16, 4), (16, 8), (16, 16)], 1, 255)
+               + _configs([(32, 8), (16, 4), (16, 8), (16, 16)], 1, 255)
+               + _configs([(64, 8), (32, 4)], 1, 255, loop_rows=2) + _configs([(16, 4)], 1, 255, loop_rows=4))
+DKDV_CONFIGS = (_configs([(64, 4), (64, 8), (32, 8), (16, 4), (16, 8), (16, 16)], 1, 255)
+                + _configs([(64, 8)], 1, 255, loop_rows=2) + _configs([(16, 4)], 1, 255, loop_rows=4))
 FWD_COLS, BWD_COLS = (16, 32), (16,)  # tile widths (tl.dot's smallest tile side is 16)
 # The resource table's channel blocks: head dims up to 32 count as 32, up to 64 as 64, up to 128 as
 # 128 (larger ones have no rows: their launches run the first configuration, untuned).
@@ -151,16 +159,89 @@ def _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W):
     return a, tl.load(Gb + corner, mask=ok, other=0.0)
 
 
+# The loop tile's keys are LROWS rows of COLS columns. Per-row values ``(BLOCK, LROWS)`` and
+# per-column values ``(BLOCK, COLS)`` go to the ``(BLOCK, LROWS * COLS)`` tile and back with these
+# four; one-row tiles keep the plain broadcasts (a ``(BLOCK, 1)`` column, the table itself).
 @triton.jit
-def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j, l_ok, HW, W,
-               IS_3D: tl.constexpr):
-    """``(M(F, L), M(L, F))`` ``(BLOCK, COLS)`` for the loop row ``(l_t, l_i)``; ``a_fl``, ``gb_fl``:
-    the column block's :func:`_corner_tables`; ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``. Both
-    masks are -inf at ``L``'s padding columns (their ``Ga``, ``Gb`` read as +inf): they weigh 0."""
+def _per_row(x, LROWS: tl.constexpr, COLS: tl.constexpr):
+    """``(BLOCK, LROWS)`` -> ``(BLOCK, LROWS * COLS)``: each loop row's value on its ``COLS`` keys."""
+    if LROWS == 1:
+        out = x
+    else:
+        out = tl.reshape(tl.broadcast_to(x[:, :, None], (x.shape[0], LROWS, COLS)), (x.shape[0], LROWS * COLS))
+    return out
+
+
+@triton.jit
+def _per_column(x, LROWS: tl.constexpr, COLS: tl.constexpr):
+    """``(BLOCK, COLS)`` -> ``(BLOCK, LROWS * COLS)``: each column's value on every loop row."""
+    if LROWS == 1:
+        out = x
+    else:
+        out = tl.reshape(tl.broadcast_to(x[:, None, :], (x.shape[0], LROWS, COLS)), (x.shape[0], LROWS * COLS))
+    return out
+
+
+@triton.jit
+def _sum_rows(x, LROWS: tl.constexpr, COLS: tl.constexpr):
+    """``(BLOCK, LROWS * COLS)`` -> ``(BLOCK, COLS)``: the sum over the loop rows (:func:`_per_column`'s adjoint)."""
+    if LROWS == 1:
+        out = x
+    else:
+        out = tl.sum(tl.reshape(x, (x.shape[0], LROWS, COLS)), 1)
+    return out
+
+
+@triton.jit
+def _sum_columns(x, LROWS: tl.constexpr, COLS: tl.constexpr):
+    """``(BLOCK, LROWS * COLS)`` -> ``(BLOCK, LROWS)``: each loop row's sum (:func:`_per_row`'s adjoint)."""
+    if LROWS == 1:
+        out = tl.sum(x, 1)[:, None]
+    else:
+        out = tl.sum(tl.reshape(x, (x.shape[0], LROWS, COLS)), 2)
+    return out
+
+
+@triton.jit
+def _loop_tile(l_t, i0, cb, H, W, LROWS: tl.constexpr, COLS: tl.constexpr):
+    """The keys of the loop tile at rows ``i0`` to ``i0 + LROWS - 1`` of frame ``l_t``, column block
+    ``cb``: ``(l_i, l_j, l_n, l_ok)``, their rows (a scalar for one-row tiles), columns, tokens and
+    validity, ``(LROWS * COLS,)``."""
+    key = tl.arange(0, LROWS * COLS)
+    if LROWS == 1:
+        l_i = i0
+        l_j = cb * COLS + key
+        l_ok = l_j < W
+    else:
+        l_i = i0 + key // COLS
+        l_j = cb * COLS + key % COLS
+        l_ok = (l_j < W) & (l_i < H)
+    return l_i, l_j, (l_t * H + l_i) * W + l_j, l_ok
+
+
+@triton.jit
+def _at_loop_rows(G, l_t, i0, f_j, f_ok, H, HW, W, LROWS: tl.constexpr):
+    """``(BLOCK, LROWS)``: ``G`` at (the loop tile's rows ``i0`` on of frame ``l_t``, ``F``'s columns)."""
+    if LROWS == 1:
+        out = tl.load(G + l_t * HW + i0 * W + f_j, mask=f_ok, other=0.0)[:, None]
+    else:
+        rows = i0 + tl.arange(0, LROWS)
+        out = tl.load(G + (l_t * HW + rows * W)[None, :] + f_j[:, None], mask=f_ok[:, None] & (rows < H)[None, :],
+                      other=0.0)
+    return out
+
+
+@triton.jit
+def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_t, i0, l_i, l_n, l_j, l_ok, H, HW, W,
+               IS_3D: tl.constexpr, LROWS: tl.constexpr, COLS: tl.constexpr):
+    """``(M(F, L), M(L, F))`` ``(BLOCK, LROWS * COLS)`` for the loop tile: rows ``i0`` to ``i0 +
+    LROWS - 1`` of frame ``l_t``, one column block (``l_i``, ``l_n``, ``l_j``, ``l_ok``: each key's
+    row, token, column, validity); ``a_fl``, ``gb_fl``: the column block's :func:`_corner_tables`;
+    ``gb_f``, ``gc_f``: ``Gb``, ``Gc`` at ``F``. Both masks are -inf at ``L``'s padding (its
+    ``Ga``, ``Gb`` read as +inf): it weighs 0."""
     ga_l = tl.load(Ga + l_n, mask=l_ok, other=float("inf"))
-    row_l = l_t * HW + l_i * W  # L's row, F's columns
-    ya = tl.load(Ga + row_l + f_j, mask=f_ok, other=0.0)
-    yb = tl.load(Gb + row_l + f_j, mask=f_ok, other=0.0)
+    ya = _at_loop_rows(Ga, l_t, i0, f_j, f_ok, H, HW, W, LROWS)
+    yb = _at_loop_rows(Gb, l_t, i0, f_j, f_ok, H, HW, W, LROWS)
     if IS_3D:
         # M(F, L): Gb, Gc at (F's frame, L's row and column); M(L, F): at (L's frame, F's row and column)
         fl = f_t * HW + l_i * W + l_j
@@ -169,12 +250,13 @@ def _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_
         c_fl = tl.abs(gc_fl_l - tl.load(Gc + l_n, mask=l_ok, other=0.0))
         lf = l_t * HW + f_i * W + f_j
         gb_lf = tl.load(Gb + lf, mask=f_ok, other=0.0)
-        r_lf = tl.abs(yb - gb_lf) + tl.abs(tl.load(Gc + lf, mask=f_ok, other=0.0) - gc_f)
-        m_fl = -a_fl - tl.abs(gb_fl - gb_fl_l[None, :]) - c_fl[None, :]
+        r_lf = tl.abs(yb - gb_lf[:, None]) + tl.abs(tl.load(Gc + lf, mask=f_ok, other=0.0) - gc_f)[:, None]
+        m_fl = -_per_column(a_fl, LROWS, COLS) - tl.abs(_per_column(gb_fl, LROWS, COLS) - gb_fl_l[None, :]) - c_fl[None, :]
     else:
-        r_lf = tl.abs(yb - gb_f)
-        m_fl = -a_fl - tl.abs(gb_fl - tl.load(Gb + l_n, mask=l_ok, other=float("inf"))[None, :])
-    m_lf = -tl.abs(ga_l[None, :] - ya[:, None]) - r_lf[:, None]
+        r_lf = tl.abs(yb - gb_f[:, None])
+        gb_l = tl.load(Gb + l_n, mask=l_ok, other=float("inf"))
+        m_fl = -_per_column(a_fl, LROWS, COLS) - tl.abs(_per_column(gb_fl, LROWS, COLS) - gb_l[None, :])
+    m_lf = -tl.abs(ga_l[None, :] - _per_row(ya, LROWS, COLS)) - _per_row(r_lf, LROWS, COLS)
     return m_fl, m_lf
 
 
@@ -185,7 +267,7 @@ def _fwd_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, so_b, so_h, so_n,
     heads, T, H, W, D, DV, EPS,
     IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, LROWS: tl.constexpr,
 ):
     """``O``: ``(B, heads, N, dv)`` (strides ``so_*``). Residuals: softmax forms, the log-sum-exps
     ``LSE`` ``(1 or 2, B*heads, N)`` and (official form) ``O_v2h`` in ``O1`` (``O``'s strides);
@@ -218,18 +300,17 @@ def _fwd_kernel(
     l2 = tl.zeros((BLOCK,), tl.float32)
     acc2 = tl.zeros((BLOCK, BLOCK_DV), tl.float32)
     for cb in range(0, tl.cdiv(W, COLS)):
-        l_j = cb * COLS + col
-        l_ok = l_j < W
-        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W)
-        for r in range(0, T * H):
-            l_t = r // H
-            l_i = r % H
-            l_n = r * W + l_j
+        block_j = cb * COLS + col  # the column block's columns
+        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, block_j, block_j < W, HW, W)
+        for r in range(0, T * tl.cdiv(H, LROWS)):
+            l_t = r // tl.cdiv(H, LROWS)
+            i0 = r % tl.cdiv(H, LROWS) * LROWS
+            l_i, l_j, l_n, l_ok = _loop_tile(l_t, i0, cb, H, W, LROWS, COLS)
             k = _load_rows(K, l_n, l_ok, sk_n, c, D)
             v = _load_rows(V, l_n, l_ok, sv_n, cv, DV)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-            v2h, h2v = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i, l_j,
-                                  l_ok, HW, W, IS_3D)
+            v2h, h2v = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_t, i0, l_i, l_n, l_j,
+                                  l_ok, H, HW, W, IS_3D, LROWS, COLS)
             if LINEAR:  # no softmax: the weights are the logits times both masks (0 at L's padding)
                 w = s * (tl.exp(v2h) + tl.exp(h2v))
                 l1 += tl.sum(w, 1)
@@ -342,6 +423,7 @@ def _bwd_pass(
     heads, T, H, W, D, DV,
     KEYS_FIXED: tl.constexpr, IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr,
     PRECISION: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, COLS: tl.constexpr,
+    LROWS: tl.constexpr,
 ):
     """One backward pass (see the module docstring). ``KEYS_FIXED``: the ``dk``/``dv`` pass
     (``F_MAT`` = ``K``, ``F_OUT`` = ``V``, ``L_MAT`` = ``Q``, ``L_OUT`` = ``dO``), else the
@@ -388,21 +470,20 @@ def _bwd_pass(
     own_c = tl.zeros((BLOCK,), tl.float32)
     dg_corner = DG + (2 + f_cb).to(tl.int64) * 3 * plane
     for cb in range(0, tl.cdiv(W, COLS)):
-        l_j = cb * COLS + col
-        l_ok = l_j < W
-        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, l_j, l_ok, HW, W)
+        block_j = cb * COLS + col  # the column block's columns
+        a_fl, gb_fl = _corner_tables(Ga, Gb, ga_f, f_t, f_i, f_ok, block_j, block_j < W, HW, W)
         ca = tl.zeros((BLOCK, COLS), tl.float32)
         cb_acc = tl.zeros((BLOCK, COLS), tl.float32)
         for l_t in range(0, T):
             frame_b = tl.zeros((BLOCK,), tl.float32)  # 3-D: terms at (L's frame, F's row and column)
             frame_c = tl.zeros((BLOCK,), tl.float32)
-            for l_i in range(0, H):
-                l_n = (l_t * H + l_i) * W + l_j
+            for i0 in range(0, H, LROWS):
+                l_i, l_j, l_n, l_ok = _loop_tile(l_t, i0, cb, H, W, LROWS, COLS)
                 lm = _load_rows(L_MAT, l_n, l_ok, s_ln, c, D)
                 lo = _load_rows(L_OUT, l_n, l_ok, s_lon, cv, DV)
                 s = tl.dot(fm, tl.trans(lm), input_precision=PRECISION)
-                m_fl, m_lf = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_n, l_t, l_i,
-                                        l_j, l_ok, HW, W, IS_3D)
+                m_fl, m_lf = _log_masks(Ga, Gb, Gc, a_fl, gb_fl, gb_f, gc_f, f_t, f_i, f_j, f_ok, l_t, i0, l_i,
+                                        l_n, l_j, l_ok, H, HW, W, IS_3D, LROWS, COLS)
                 if KEYS_FIXED:  # F = keys: V2H = M(L, F), H2V = M(F, L); statistics along L
                     lse_v2h = tl.load(STATS + row + l_n, mask=l_ok, other=float("inf"))[None, :]
                     if PAPER:
@@ -421,13 +502,14 @@ def _bwd_pass(
                 ds, g_fl, g_lf = _mask_grads(PAPER, LINEAR, p_fl, p_lf, p, dp, d_fl, d_lf)
                 acc_d += tl.dot(ds.to(lm.dtype), lm, input_precision=PRECISION)
                 # M(F, L): dGa at F and at the corner (F's row, L's column); dGb at the corner
-                ca += g_fl
-                cb_acc -= g_fl * _sign(f_i - l_i)[:, None]
+                below = _sign(f_i[:, None] - (i0 + tl.arange(0, LROWS))[None, :])  # (BLOCK, LROWS): F's row vs L's
+                ca += _sum_rows(g_fl, LROWS, COLS)
+                cb_acc -= _sum_rows(g_fl * _per_row(below, LROWS, COLS), LROWS, COLS)
                 # M(L, F): dGb (3-D: and -dGc) at (L's frame, F's row and column), dGc at F
-                g_row = tl.sum(g_lf, 1)
-                frame_b += _sign(l_i - f_i) * g_row
+                g_rows = _sum_columns(g_lf, LROWS, COLS)
+                frame_b -= tl.sum(below * g_rows, 1)
                 if IS_3D:
-                    frame_c -= _sign(l_t - f_t) * g_row
+                    frame_c -= _sign(l_t - f_t) * tl.sum(g_rows, 1)
             if IS_3D:
                 at = DG + 3 * plane + l_t * HW + f_i * W + f_j  # the atomic slot
                 tl.atomic_add(at + plane, frame_b, mask=f_ok, sem="relaxed")
@@ -435,10 +517,10 @@ def _bwd_pass(
                 own_c -= frame_c
             else:
                 own_b += frame_b
-        ca = tl.where(f_ok[:, None], ca * _sign(f_j[:, None] - l_j[None, :]), 0.0)
+        ca = tl.where(f_ok[:, None], ca * _sign(f_j[:, None] - block_j[None, :]), 0.0)
         cb_acc = tl.where(f_ok[:, None], cb_acc, 0.0)
         own_a -= tl.sum(ca, 1)
-        _flush_corners(dg_corner, ca, cb_acc, f_t, f_row0, l_j, l_ok, H, W, HW, plane, BLOCK // COLS, COLS)
+        _flush_corners(dg_corner, ca, cb_acc, f_t, f_row0, block_j, block_j < W, H, W, HW, plane, BLOCK // COLS, COLS)
     tl.store(DG + f_n, own_a, mask=f_ok)
     tl.store(DG + plane + f_n, own_b, mask=f_ok)
     tl.store(DG + 2 * plane + f_n, own_c, mask=f_ok)
@@ -452,13 +534,13 @@ def _bwd_dkdv_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
     IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, LROWS: tl.constexpr,
 ):
     """``DK``, ``DV_PTR``: contiguous ``(B*heads, N, d|dv)`` in ``k``'s, ``v``'s dtype."""
     dk, dv, f_n, f_ok = _bwd_pass(
         K, Q, V, DO, Ga, Gb, Gc, DG, STATS,
         sk_b, sk_h, sk_n, sq_b, sq_h, sq_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
-        heads, T, H, W, D, DV, True, IS_3D, PAPER, LINEAR, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
+        heads, T, H, W, D, DV, True, IS_3D, PAPER, LINEAR, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS, LROWS)
     row = tl.program_id(1).to(tl.int64) * T * H * W
     c = tl.arange(0, BLOCK_D)
     cv = tl.arange(0, BLOCK_DV)
@@ -475,13 +557,13 @@ def _bwd_dq_kernel(
     sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sv_b, sv_h, sv_n, sdo_b, sdo_h, sdo_n,
     heads, T, H, W, D, DV,
     IS_3D: tl.constexpr, PAPER: tl.constexpr, LINEAR: tl.constexpr, PRECISION: tl.constexpr, COLS: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK: tl.constexpr, LROWS: tl.constexpr,
 ):
     """``DQ``: contiguous ``(B*heads, N, d)`` in ``q``'s dtype."""
     dq, _, f_n, f_ok = _bwd_pass(
         Q, K, DO, V, Ga, Gb, Gc, DG, STATS,
         sq_b, sq_h, sq_n, sk_b, sk_h, sk_n, sdo_b, sdo_h, sdo_n, sv_b, sv_h, sv_n,
-        heads, T, H, W, D, DV, False, IS_3D, PAPER, LINEAR, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS)
+        heads, T, H, W, D, DV, False, IS_3D, PAPER, LINEAR, PRECISION, BLOCK_D, BLOCK_DV, BLOCK, COLS, LROWS)
     row = tl.program_id(1).to(tl.int64) * T * H * W
     c = tl.arange(0, BLOCK_D)
     tl.store(DQ + (row + f_n[:, None]) * D + c[None, :], dq.to(DQ.dtype.element_ty),
@@ -720,11 +802,14 @@ def offered(configs, head: int, linear: bool = False, cols: int = 16) -> list[tr
     """The configurations the resource table has rows for at the head-dim block ``head`` and tile
     width ``cols``: fixed tiles of 1,024 to 4,096 ``BLOCK x head`` elements (32 to 128 tokens up to
     head dim 32, 16 to 64 at 64, 16 and 32 at 128: the larger spilled, the smaller only move more
-    loop tiles) and at least one row. The linear kind's kernels (``linear``) also 16-token tiles up
-    to head dim 32: on 3-D grids every larger tile of its ``dq`` pass spilled on sm_80 (16-80
-    bytes)."""
-    smallest = 512 if linear else 1024
-    return [c for c in configs if smallest <= c.kwargs["BLOCK"] * head <= 4096 and c.kwargs["BLOCK"] >= cols]
+    loop tiles) and at least one row, and loop tiles of at most 2,048 ``LROWS x cols x head``
+    elements (several rows only up to head dim 64). 16-token tiles also up to head dim 32 where
+    the loop tiles have several rows (16 x 64 tiles), and in the linear kind's kernels
+    (``linear``): on 3-D grids every larger tile of its ``dq`` pass spilled on sm_80 (16-80 bytes)."""
+    def smallest(config):
+        return 512 if linear or config.kwargs["LROWS"] > 1 else 1024
+    return [c for c in configs if smallest(c) <= c.kwargs["BLOCK"] * head <= 4096 and c.kwargs["BLOCK"] >= cols
+            and c.kwargs["LROWS"] * cols * head <= 2048]
 
 
 def compile_cases() -> list[tuning.CompileCase]:

@@ -108,6 +108,23 @@ def test_vanilla_small_tiles_match_reference(case, block, monkeypatch):
     check(make_inputs(case[0], torch.float32), "vanilla", case[1])
 
 
+def use_loop_rows(monkeypatch, lrows: int) -> None:
+    """Make every vanilla kernel run its first configuration whose loop tiles have ``lrows`` image
+    rows (the interpreter runs a kernel's first configuration)."""
+    for kernel in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel):
+        monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["LROWS"] == lrows][:1])
+
+
+@pytest.mark.parametrize("lrows", [2, 4])
+@pytest.mark.parametrize("case", [((7, 9), "official"), ((2, 40), "paper"), ((2, 3, 5), "official"),
+                                  ((3, 5, 2), "paper")], ids=grid_id)
+def test_vanilla_loop_tiles_of_several_rows_match_reference(case, lrows, monkeypatch):
+    """Loop tiles of two and four image rows (GPU configurations): 7 rows end in a partial row
+    group, 3-D grids take each frame's rows in groups, and 2 x 40 has three column blocks."""
+    use_loop_rows(monkeypatch, lrows)
+    check(make_inputs(case[0], torch.float32), "vanilla", case[1])
+
+
 @pytest.mark.parametrize("case", CRISS_CROSS, ids=grid_id)
 def test_criss_cross_fp32_matches_reference(case):
     check(make_inputs(case[0], torch.float32), "criss_cross", case[1])
@@ -364,13 +381,16 @@ def test_kernels_load_rows_as_vectors():
     """The rows of ``q``, ``k``, ``v`` and ``dO`` are loaded as vectors (``ld.global.v2/.v4``, or
     pipelined ``cp.async`` copies of 8 or 16 bytes) when the JIT specializes contiguous channels
     (pointers, strides and channel counts divisible by 16), on sm_90: the forward of each form and
-    of the linear kind, and both backward passes of the linear kind, bf16, head dim 32."""
+    of the linear kind, and both backward passes of the linear kind, bf16, head dim 32; loop tiles
+    of one row, and of four (the forward) and two (the ``dq`` pass)."""
     names = [f"polyline_attention.vanilla.{kernel} | bf16 2d {form} d<=32 cols{cols} | {config}"
-             for kernel, form, cols, config in (("_fwd_kernel", "official", 32, "BLOCK=64 w4 s2"),
-                                                ("_fwd_kernel", "paper", 32, "BLOCK=64 w4 s2"),
-                                                ("_fwd_kernel", "linear", 32, "BLOCK=64 w4 s2"),
-                                                ("_bwd_dkdv_kernel", "linear", 16, "BLOCK=64 w4 s1"),
-                                                ("_bwd_dq_kernel", "linear", 16, "BLOCK=64 w4 s1"))]
+             for kernel, form, cols, config in (("_fwd_kernel", "official", 32, "BLOCK=64 LROWS=1 w4 s2"),
+                                                ("_fwd_kernel", "paper", 32, "BLOCK=64 LROWS=1 w4 s2"),
+                                                ("_fwd_kernel", "linear", 32, "BLOCK=64 LROWS=1 w4 s2"),
+                                                ("_fwd_kernel", "official", 16, "BLOCK=64 LROWS=4 w8 s2"),
+                                                ("_bwd_dkdv_kernel", "linear", 16, "BLOCK=64 LROWS=1 w4 s1"),
+                                                ("_bwd_dq_kernel", "linear", 16, "BLOCK=64 LROWS=1 w4 s1"),
+                                                ("_bwd_dq_kernel", "official", 16, "BLOCK=64 LROWS=2 w8 s1"))]
     found = run_compile_script(VECTOR_LOADS, json.dumps(names))
     assert sorted(found) == sorted(names), found
     for name, vectors in found.items():

@@ -242,6 +242,27 @@ def test_fused_quadratic_forward_matches_reference(grid, dtype, batch):
     assert_close(out, polyline_linear_attention_reference(*fp64), rtol)
 
 
+@pytest.mark.parametrize("lrows", [2, 4])
+@pytest.mark.parametrize("grid", [(7, 9), (2, 3, 4)], ids=str)
+def test_fused_quadratic_loop_tiles_of_several_rows(grid, lrows, monkeypatch):
+    """The quadratic forward and backward with loop tiles of two and four image rows (GPU
+    configurations; the interpreter runs a kernel's first): values and every gradient."""
+    from ppma.kernels.polyline_attention import vanilla
+
+    for kernel in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel):
+        monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["LROWS"] == lrows][:1])
+    inputs = _grid_inputs(grid, 36, torch.float32, 1)
+    out, num = vanilla.linear_attention_quadratic_fwd(*inputs)
+    present = [t for t in inputs if t is not None]
+    grad = torch.randn(inputs[2].shape, generator=torch.Generator().manual_seed(37)).to(DEVICE)
+    got = vanilla.linear_attention_quadratic_bwd(grad, num, *inputs)
+    leaves = [t.detach().double().requires_grad_() for t in present]
+    ref = polyline_linear_attention_reference(*leaves[:5], leaves[5] if len(leaves) == 6 else None)
+    assert_close(out, ref, 1e-5, "out")
+    for name, g, w in zip(NAMES[1:] + ["log_gamma"], got, torch.autograd.grad(ref, leaves, grad.double())):
+        assert_close(g, w, 1e-5, name)
+
+
 def test_fused_quadratic_forward_mixed_dtypes_and_strided_views():
     """fp16 features with fp32 values run in fp32 (out fp32); transposed views of ``q``, ``k``,
     ``v`` with head dims 20 and 9 (padded channel blocks) and a custom ``eps``."""
