@@ -33,11 +33,11 @@ from .launch import channel_blocks, head_bucket, precision
 from .vanilla import _sign
 from .whole_line import _load_rows, _store_rows, _strides, _tokens
 
-# Tile sizes the autotuner chooses among (the first one alone under the interpreter), of those that
-# spill the fewest register bytes on the launch's GPU by the resource table.
 # The resource table's head-dim blocks: head dims up to 32 count as 32; larger ones have no rows
 # (their launches run the first configuration, untuned).
 HEAD_BLOCKS = (32,)
+# Tile sizes the autotuner chooses among (the first one alone under the interpreter), of those that
+# spill the fewest register bytes on the launch's GPU by the resource table.
 CONFIGS = [
     triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=2, num_stages=1),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),

@@ -2,29 +2,21 @@
 installed module): its ``--backward``, ``--step`` and ``--chunks`` rows on the CPU, so that a GPU
 session does not find the tables broken (every form it times agrees with the first, and the route
 column is the op's), and its forward kernels' cost models."""
-import importlib.util
 
 import torch
 
-from ppma.bench.gpu.kernel_tables import bench_dir
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("linear_attention_bench", bench_dir() / "polyline_linear_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from ppma.bench.gpu.kernel_tables import load_bench
 
 
 def test_stages_follow_the_input_size():
-    bench = load_bench()
+    bench = load_bench("polyline_linear_attention.py")
     assert bench.stages_at(224) == bench.STAGES
     assert bench.stages_at(64) == [(4, 16, 16, 16), (4, 8, 8, 32), (8, 4, 4, 32), (16, 2, 2, 32)]
 
 
 def test_backward_rows_on_the_cpu():
     torch.manual_seed(0)
-    bench = load_bench()
+    bench = load_bench("polyline_linear_attention.py")
     header, rule, *rows = bench.backward_rows(1, torch.device("cpu"), 1, size=64)
     assert "fused quadratic" in header and rule.startswith("|---")
     assert len(rows) == 4
@@ -39,7 +31,7 @@ def test_step_and_chunk_rows_on_the_cpu():
     """``--step`` compares the same gradients both ways; ``--chunks`` counts a chunk's ops and
     its peak in chunk-sized tensors (the quadratic form's and the chunked one's, a few each)."""
     torch.manual_seed(0)
-    bench = load_bench()
+    bench = load_bench("polyline_linear_attention.py")
     *_, now, chunked = bench.step_rows(1, 64, torch.device("cpu"), 1)
     assert now.split("|")[1].strip() == "the op's backward now" and float(now.split("|")[3]) == 1.0
     assert float(chunked.split("|")[4]) < 1e-5
@@ -55,7 +47,7 @@ def test_forward_cost_models():
     """The fused kernel's model on a grid its tiles cover without padding (32 x 32, d = 32: tiles of
     two rows of 32 columns), and against the strip kernels' where both are the quadratic form over
     one strip (stages 2 to 4): one ``q k^T`` for both masks, so half their FLOPs."""
-    bench = load_bench()
+    bench = load_bench("polyline_linear_attention.py")
     pairs = 1024 * 1024
     fused = bench.fused_model(1, 1, 32, 32, 32)
     assert fused["flops"] == 2 * pairs * 64 and fused["exps"] == 2 * pairs

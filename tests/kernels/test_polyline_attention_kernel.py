@@ -20,6 +20,7 @@ import pytest
 import timm
 import torch
 from compile_only import run_compile_script, same_minor, table_triton
+from kernel_configs import run_config
 
 pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
 
@@ -34,6 +35,7 @@ from ppma.ops.polyline_attention_impl.flex import polyline_attention_flex  # noq
 from ppma.ops.registry import get_op, implementation  # noqa: E402
 
 attention_triton = functools.partial(polyline_attention, backend="triton")
+VANILLA_KERNELS = (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = ("out", "dq", "dk", "dv", "dlog_alpha", "dlog_beta", "dlog_gamma")
@@ -103,16 +105,8 @@ def test_vanilla_fp32_matches_reference(case):
 def test_vanilla_small_tiles_match_reference(case, block, monkeypatch):
     """The 16- and 32-token fixed tiles (one and two image rows; the head dims above 32 run them on
     GPUs) in every kernel: the interpreter runs the first configuration, so the test swaps it."""
-    for kernel in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel):
-        monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["BLOCK"] == block][:1])
+    run_config(monkeypatch, VANILLA_KERNELS, BLOCK=block)
     check(make_inputs(case[0], torch.float32), "vanilla", case[1])
-
-
-def use_loop_rows(monkeypatch, lrows: int) -> None:
-    """Make every vanilla kernel run its first configuration whose loop tiles have ``lrows`` image
-    rows (the interpreter runs a kernel's first configuration)."""
-    for kernel in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel):
-        monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["LROWS"] == lrows][:1])
 
 
 @pytest.mark.parametrize("lrows", [2, 4])
@@ -121,7 +115,7 @@ def use_loop_rows(monkeypatch, lrows: int) -> None:
 def test_vanilla_loop_tiles_of_several_rows_match_reference(case, lrows, monkeypatch):
     """Loop tiles of two and four image rows (GPU configurations): 7 rows end in a partial row
     group, 3-D grids take each frame's rows in groups, and 2 x 40 has three column blocks."""
-    use_loop_rows(monkeypatch, lrows)
+    run_config(monkeypatch, VANILLA_KERNELS, LROWS=lrows)
     check(make_inputs(case[0], torch.float32), "vanilla", case[1])
 
 
@@ -137,8 +131,8 @@ def test_criss_cross_larger_tiles_match_reference(block, form, monkeypatch):
     the first, 16) on lines longer than a tile: 2 x 130 (rows of 130 tokens, longer than the
     whole-line kernels take, the last tile partial; columns of 2)."""
     assert not whole_line.fits((2, 130))
-    for kernel in (line._line_fwd_kernel, line._line_bwd_query_kernel, line._line_bwd_key_kernel):
-        monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["BLOCK_M"] == block][:1])
+    run_config(monkeypatch, (line._line_fwd_kernel, line._line_bwd_query_kernel, line._line_bwd_key_kernel),
+               BLOCK_M=block)
     check(make_inputs((2, 130), torch.float32), "criss_cross", form)
 
 

@@ -6,6 +6,7 @@ a one-row grid, a 3-D grid, fp32 and fp16. Through the op's ``'triton'`` backend
 forward route and either backward route: the output and every gradient."""
 import pytest
 import torch
+from kernel_configs import run_config
 
 from ppma.kernels.common.runtime import triton_unavailable_reason
 from ppma.ops import polyline_linear_attention
@@ -249,8 +250,7 @@ def test_fused_quadratic_loop_tiles_of_several_rows(grid, lrows, monkeypatch):
     configurations; the interpreter runs a kernel's first): values and every gradient."""
     from ppma.kernels.polyline_attention import vanilla
 
-    for kernel in (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel):
-        monkeypatch.setattr(kernel, "configs", [c for c in kernel.tuning.configs if c.kwargs["LROWS"] == lrows][:1])
+    run_config(monkeypatch, (vanilla._fwd_kernel, vanilla._bwd_dkdv_kernel, vanilla._bwd_dq_kernel), LROWS=lrows)
     inputs = _grid_inputs(grid, 36, torch.float32, 1)
     out, num = vanilla.linear_attention_quadratic_fwd(*inputs)
     present = [t for t in inputs if t is not None]

@@ -7,6 +7,7 @@ checkout, the section says so.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -62,6 +63,15 @@ BENCHES = (
 def bench_dir() -> Path:
     """``kernels/bench`` beside the imported ``ppma.kernels`` (present in a source checkout)."""
     return Path(ppma.kernels.__file__).resolve().parent / "bench"
+
+
+def load_bench(script: str):
+    """The benchmark script ``script`` of :func:`bench_dir` (not an installed module), imported."""
+    path = bench_dir() / script
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass(frozen=True)
