@@ -4,11 +4,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ppma._deprecation import renamed_keyword, renamed_property
+from ppma.ops import polyline_decays
+from ppma.ops.polyline_decays_impl import decays_of_projection
 
+from .hooks import plain_linears
 from .layout import GRID_LAYOUTS
 
 
@@ -72,13 +74,12 @@ class DecayGenerator(nn.Module):
         self.A_log._no_weight_decay = True
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        t = self.proj(x.unflatten(-1, (self.num_heads, -1)))  # (B, *grid, heads, n)
-        # (n, B, heads, *grid), fp32 (fp64 kept), in one copy: the elementwise ops below run along
-        # whole grids (not on rows of n), and each axis' decays come out contiguous
-        t = _contiguous_fp32(t.movedim(-1, 0).movedim(-1, 2))
-        per_head = (self.num_heads,) + (1,) * (t.dim() - 3)
-        dt_bias, A = self.dt_bias.to(t.dtype).view(per_head), self.A_log.to(t.dtype).exp().view(per_head)
-        log_decay = -F.softplus(t + dt_bias) * A
+        # one op (ppma.ops.polyline_decays: on a GPU one Triton launch each way); a hooked or
+        # replaced projection is called as a module, the same math around it
+        if plain_linears(self.proj):
+            log_decay = polyline_decays(x, self.proj.weight, self.dt_bias, self.A_log)
+        else:
+            log_decay = decays_of_projection(self.proj(x.unflatten(-1, (self.num_heads, -1))), self.dt_bias, self.A_log)
         axes = log_decay.unbind(0)
         return axes[:1] * self.num_axes if self.shared else axes
 
@@ -86,10 +87,3 @@ class DecayGenerator(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, token_layout={self.token_layout!r}, shared={self.shared}"
-
-
-def _contiguous_fp32(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``t``: fp32 for half/bf16/fp32 tensors, fp64 kept (for float64 checks)."""
-    if t.dtype in (torch.float32, torch.float64):
-        return t.contiguous()
-    return t.to(torch.float32, memory_format=torch.contiguous_format)

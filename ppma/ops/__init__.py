@@ -9,6 +9,7 @@ from .._deprecation import moved_packages
 from ._checks import ORDERS
 from .cross_scan_impl import cross_merge, cross_scan, cross_selective_scan
 from .polyline_attention_impl import polyline_attention, polyline_attention_reference
+from .polyline_decays_impl import polyline_decays
 from .polyline_linear_attention_impl import polyline_linear_attention
 from .polyline_mask_impl import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
 from .polyline_scan_impl import decay_scan_1d, polyline_scan, polyline_scan_reference
@@ -32,6 +33,7 @@ __all__ = [
     "log_mask_1d",
     "polyline_attention",
     "polyline_attention_reference",
+    "polyline_decays",
     "polyline_linear_attention",
     "polyline_log_mask",
     "polyline_mask",

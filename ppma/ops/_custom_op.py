@@ -170,6 +170,8 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         ctx.output_meta = [(o.shape, o.dtype, o.device) for o in output[:outputs]]
         device_type = op_args[ctx.present[0]].device.type
         ctx.autocast = (device_type, autocast_dtype(device_type))
+        # the residuals' gradients are never read: None, not zero-filled tensors (a launch each)
+        ctx.set_materialize_grads(False)
 
     def backward_formula(ctx, grads):
         saved = ctx.saved_tensors

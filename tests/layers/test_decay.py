@@ -87,3 +87,23 @@ def test_values_and_gradients_against_the_formula(layout, shape):
         torch.testing.assert_close(d, e, msg="seed 0")
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, msg="seed 0")
+
+
+@pytest.mark.parametrize("layout,shape", [("2d", (2, 7, 9, 12)), ("3d", (1, 2, 3, 4, 12))])
+def test_a_hooked_projection_is_called_with_the_same_result(layout, shape):
+    """The generator's one op (``ppma.ops.polyline_decays``) against the projection called as a
+    module, which a hook on it makes the generator take: values and every gradient."""
+    torch.manual_seed(0)
+    gen, x = DecayGenerator(12, 3, token_layout=layout).double(), torch.randn(shape, dtype=torch.float64, requires_grad=True)
+
+    def run():
+        decays = torch.stack(gen(x))
+        return decays, torch.autograd.grad(decays.square().sum(), [x, *gen.parameters()])
+
+    fused = run()
+    calls = []
+    handle = gen.proj.register_forward_hook(lambda *_: calls.append(1))
+    called = run()
+    handle.remove()
+    assert calls == [1]
+    torch.testing.assert_close(fused, called, rtol=1e-12, atol=1e-12)

@@ -145,6 +145,53 @@ def test_tap_contract_and_decay_gradients(kind, layout, shape):
         assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
 
 
+def gradients(attn, x):
+    out = attn(x)
+    return out, torch.autograd.grad(out.square().sum(), [x, *attn.parameters()])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("layout,shape", [("2d", (3, 5)), ("3d", (2, 3, 2))])
+@pytest.mark.parametrize("hook", ["module", "global"])
+def test_one_projection_gemm_equals_the_three_linears(kind, layout, shape, hook):
+    """``q, k, v`` from one GEMM of the stacked weights (the layer's own path) against the three
+    ``nn.Linear`` calls, which a hook on a projection or on every module makes it take: values
+    and every gradient, float64."""
+    torch.manual_seed(0)
+    attn, x = make(kind, layout), rand_x(shape).requires_grad_()
+    fused = gradients(attn, x)
+    calls = []
+    register = attn.k_proj.register_forward_hook if hook == "module" else torch.nn.modules.module.register_module_forward_hook
+    handle = register(lambda module, *_: calls.append(module))
+    modules = gradients(attn, x)
+    handle.remove()
+    assert attn.k_proj in calls
+    torch.testing.assert_close(fused, modules, rtol=1e-12, atol=1e-12)
+    gradients(attn, x)
+    assert calls.count(attn.k_proj) == 1  # the hook removed, the stacked GEMM again
+
+
+def test_a_projection_replaced_by_another_module_is_called():
+    """A subclass of ``nn.Linear`` (an adapter, say) in place of ``v_proj`` runs its own forward."""
+
+    class Doubled(torch.nn.Linear):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    torch.manual_seed(0)
+    attn, x = make("vanilla"), rand_x((3, 4))
+    doubled = Doubled(12, 12).double()
+    doubled.load_state_dict(attn.v_proj.state_dict())
+    with torch.no_grad():
+        plain = attn(x)
+        attn.v_proj.weight.mul_(2), attn.v_proj.bias.mul_(2)
+        want = attn(x)
+        attn.v_proj = doubled
+        got = attn(x)
+    assert not torch.allclose(plain, want)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_autocast_is_finite_and_close(kind, dtype):

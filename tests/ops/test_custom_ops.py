@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from ppma.ops import polyline_attention, polyline_linear_attention, polyline_mask, polyline_scan
+from ppma.ops import polyline_attention, polyline_decays, polyline_linear_attention, polyline_mask, polyline_scan
 
 
 def decays(grid, batch=1, heads=2):
@@ -15,11 +15,18 @@ def channels(grid, c, batch=1, heads=2):
     return torch.randn(batch, heads, *grid, c, requires_grad=True)
 
 
+def decay_parameters(grid, heads=2, d=3):
+    """``polyline_decays``' tensors: tokens ``(1, *grid, heads * d)``, its weight, ``dt_bias``, ``A_log``."""
+    return (torch.randn(1, *grid, heads * d, requires_grad=True), torch.randn(len(grid), d, requires_grad=True),
+            torch.randn(heads, requires_grad=True), torch.randn(heads, requires_grad=True))
+
+
 def calls(grid):
     """``(op name, public function, op arguments without backend)`` on the torch backend."""
     la, lb, lg = decays(grid)
     q, k, v = (channels(grid, 3) for _ in range(3))
     return [
+        ("polyline_decays", polyline_decays, decay_parameters(grid)),
         ("polyline_mask", polyline_mask, (la, lb, "h2v", lg)),
         ("polyline_scan", polyline_scan, (q, la, lb, "both", lg)),
         ("polyline_attention", polyline_attention, (q, k, v, la, lb, lg, "vanilla", "official")),
@@ -34,7 +41,7 @@ def test_opcheck(grid):
             torch.library.opcheck(getattr(torch.ops.ppma, name).default, (*args, "torch", keep_residuals))
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(5))
 def test_compile_sees_one_node_and_matches_eager(index, monkeypatch):
     monkeypatch.setenv("PPMA_BACKEND", "torch")
     name, fn, args = calls((3, 5))[index]
@@ -67,7 +74,8 @@ def test_meta_tensors_run_forward_and_backward(grid):
     runs = [(polyline_mask, (la, lb, "h2v", lg), {}), (polyline_scan, (q, la, lb, "both", lg), {}),
             (polyline_attention, (q, k, v, la, lb, lg), dict(kind="vanilla")),
             (polyline_attention, (q, k, v, la, lb, lg), dict(kind="criss_cross")),
-            (polyline_linear_attention, (q, k, v, la, lb, lg), {})]
+            (polyline_linear_attention, (q, k, v, la, lb, lg), {}),
+            (polyline_decays, tuple(t.detach().to("meta").requires_grad_() for t in decay_parameters(grid)), {})]
     for fn, args, kwargs in runs:
         out = fn(*args, **kwargs)
         assert out.device.type == "meta", fn.__name__
