@@ -17,6 +17,8 @@ PyTorch sums reduce.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -75,7 +77,7 @@ def _forward_kernel(X, W, DT, ALOG, OUT, N, HEADS, D, C, AXES, ACC: tl.constexpr
     b, t, h, j, t_ok, h_ok, x, _offsets, _mask, dt, a = _tile(X, DT, ALOG, N, HEADS, D, C, ACC, BLOCK_T, HP, DP)
     out_offsets = (b * HEADS + h.to(tl.int64))[None, :] * N + t[:, None]
     out_mask = t_ok[:, None] & h_ok[None, :]
-    plane = HEADS.to(tl.int64) * N * tl.num_programs(1)
+    plane = tl.num_programs(1).to(tl.int64) * HEADS * N  # (B, heads, N) values an axis
     for axis in range(0, AXES):
         w = tl.load(W + axis * D + j, mask=j < D, other=0.0).to(ACC)
         u = tl.sum(x * w[None, None, :], axis=2) + dt[None, :]
@@ -92,7 +94,7 @@ def _backward_kernel(X, W, DT, ALOG, G, DX, PARTIAL, N, HEADS, D, C, AXES, ACC: 
     b, t, h, j, t_ok, h_ok, x, offsets, mask, dt, a = _tile(X, DT, ALOG, N, HEADS, D, C, ACC, BLOCK_T, HP, DP)
     g_offsets = (b * HEADS + h.to(tl.int64))[None, :] * N + t[:, None]
     g_mask = t_ok[:, None] & h_ok[None, :]
-    plane = HEADS.to(tl.int64) * N * tl.num_programs(1)
+    plane = tl.num_programs(1).to(tl.int64) * HEADS * N  # (B, heads, N) values an axis
     row = PARTIAL + (tl.program_id(1).to(tl.int64) * tl.num_programs(0) + tl.program_id(0)) * (AXES * D + 2 * HEADS)
     dx = tl.zeros([BLOCK_T, HP, DP], dtype=ACC)
     d_dt = tl.zeros([HP], dtype=ACC)
@@ -128,7 +130,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, A_log:
     """``(n_axes, B, heads, *grid)`` log-decays (fp32; fp64 for fp64 ``x``) of ``x`` ``(B, *grid, C)``,
     ``weight`` ``(n_axes, d)``, ``dt_bias`` and ``A_log`` ``(heads,)``."""
     shape, batch, grid = _shape(x, weight, dt_bias), x.shape[0], x.shape[1:-1]
-    tokens = x[0, ..., 0].numel()
+    tokens = math.prod(grid)
     out = torch.empty(shape["AXES"], batch, shape["HEADS"], *grid, device=x.device,
                       dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
     _forward_kernel[_grid(batch, tokens)](x.contiguous(), weight.contiguous(), dt_bias, A_log, out, tokens, **shape)
@@ -138,8 +140,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, A_log:
 def backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor,
              A_log: torch.Tensor) -> list[torch.Tensor]:
     """``[dx, dweight, d dt_bias, d A_log]`` (each like its tensor) for ``grad`` like the output."""
-    shape, batch = _shape(x, weight, dt_bias), x.shape[0]
-    tokens = x[0, ..., 0].numel()
+    shape, batch, tokens = _shape(x, weight, dt_bias), x.shape[0], math.prod(x.shape[1:-1])
     x = x.contiguous()
     dx = torch.empty_like(x)
     blocks = triton.cdiv(tokens, shape["BLOCK_T"])

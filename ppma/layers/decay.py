@@ -34,6 +34,10 @@ class DecayGenerator(nn.Module):
             along T); ``grid=`` is its deprecated name.
         shared: one decay for all axes (alpha = beta [= gamma]), the paper's ablation.
 
+    The forward is one op, :func:`ppma.ops.polyline_decays` (on a GPU, a Triton launch each way),
+    fed ``proj.weight``; ``proj`` itself is called only when it is not a plain ``nn.Linear`` or a
+    hook watches it.
+
     Forward: ``x`` ``(B, H, W, C)`` (3-D: ``(B, T, H, W, C)``) -> ``(log_alpha, log_beta)``
     (3-D: ``(log_alpha, log_beta, log_gamma)``), each fp32 (fp64 for a float64 module) ``(B, heads, H, W)``
     (3-D: ``(B, heads, T, H, W)``).

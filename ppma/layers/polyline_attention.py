@@ -172,11 +172,11 @@ class PolylineAttention(nn.Module):
         """``q, k, v`` ``(B, heads, *grid, d)`` of ``x`` ``(B, *grid, C)``.
 
         One GEMM with the three projections' weights stacked, its output ``(B, *grid, 3, heads,
-        d)`` seen as three views: a training step dispatches 20 fewer kernels a layer than with
-        three ``nn.Linear`` calls (under CUDA autocast: one cast of ``x`` in place of three, one
-        GEMM for each of the forward, ``dx`` and ``dW``, no sums of three ``dx``). Projections
-        that are not plain ``nn.Linear`` modules, or that carry hooks (e.g. an adapter, a probe),
-        are called as modules."""
+        d)`` seen as three views: one GEMM for each of the forward, ``dx`` and ``dW`` where three
+        ``nn.Linear`` calls take three, no sums of three ``dx``, and under autocast one cast of
+        ``x`` (docs/benchmarks.md, "Ops and copies per training step"). Projections that are not
+        plain ``nn.Linear`` modules, or that hooks watch (e.g. an adapter, a probe), are called
+        as modules."""
         projections = (self.q_proj, self.k_proj, self.v_proj)
         if not plain_linears(*projections):
             return tuple(self._split_heads(p(x)) for p in projections)

@@ -1,0 +1,43 @@
+"""The decay generator's kernels compile for the A100 (sm_80) and the H100 (sm_90) without a GPU,
+as the JIT specializes them: integer arguments equal to 1 become constants (a model with one head,
+or one decay shared by the axes), which the interpreter never shows. In a subprocess, as
+``TRITON_INTERPRET=1`` replaces ``@triton.jit`` functions at import time."""
+from __future__ import annotations
+
+import pytest
+from compile_only import run_compile_script
+
+pytest.importorskip("triton", reason="the Triton kernels need the 'triton' package")
+
+SCRIPT = r"""
+import json
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ppma.kernels.common import tuning
+from ppma.kernels.polyline_decays import projection
+
+out = {}
+for kernel in (projection._forward_kernel, projection._backward_kernel):
+    for heads, axes, d in ((1, 1, 32), (8, 2, 32)):
+        pointers = {"X": "*bf16", "DX": "*bf16", "W": "*fp32", "DT": "*fp32", "ALOG": "*fp32", "OUT": "*fp32",
+                    "G": "*fp32", "PARTIAL": "*fp32"}
+        signature = tuning.signature(kernel, pointers)
+        hp, dp = triton.next_power_of_2(heads), triton.next_power_of_2(d)
+        constants = dict(ACC=tl.float32, BLOCK_T=projection.TILE // (hp * dp), HP=hp, DP=dp)
+        constants.update({name: 1 for name, value in (("HEADS", heads), ("AXES", axes)) if value == 1})
+        signature.update({name: "constexpr" for name in constants})
+        names = list(signature)
+        source = ASTSource(kernel.fn, signature, constexprs={(names.index(k),): v for k, v in constants.items()})
+        for arch in (80, 90):
+            compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 8})
+            out[f"{kernel.fn.__name__} heads={heads} axes={axes} sm_{arch}"] = compiled.metadata.shared
+print(json.dumps(out))
+"""
+
+
+def test_kernels_compile_with_one_head_and_one_axis():
+    shared = run_compile_script(SCRIPT)
+    assert len(shared) == 2 * 2 * 2, shared
+    assert all(0 < value <= 101_376 for value in shared.values()), shared  # fits every supported GPU
