@@ -25,7 +25,6 @@ import math
 import platform
 
 import torch
-import triton
 
 from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.runtime import triton_unavailable_reason
@@ -66,8 +65,7 @@ def kernel_bytes(x, heads, backward):
     if not backward:
         return minimum
     d, axes = x.shape[-1] // heads, x.dim() - 2
-    block = projection.TILE // (triton.next_power_of_2(heads) * triton.next_power_of_2(d))
-    tiles = x.shape[0] * -(-math.prod(x.shape[1:-1]) // max(1, block))
+    tiles = x.shape[0] * -(-math.prod(x.shape[1:-1]) // projection.block_tokens(projection.BACKWARD_TILE, heads, d))
     return minimum + 2 * tiles * (axes * d + 2 * heads) * 4
 
 

@@ -25,11 +25,12 @@ import triton.language as tl
 
 from ..common import tuning
 
-# Elements of the (BLOCK_T, heads, d) tile a program holds: 4,096 fp32 values, 32 a thread on 4 warps.
-TILE = 4096
+# Elements of the (BLOCK_T, heads, d) tile of x a program holds: 4,096 forward (32 fp32 values a
+# thread on 4 warps); 2,048 backward, which also holds dx and the products for dW.
+FORWARD_TILE, BACKWARD_TILE = 4096, 2048
 FORWARD_CONFIGS = [triton.Config({}, num_warps=4, num_stages=1), triton.Config({}, num_warps=8, num_stages=1)]
-# The backward holds the tile, dx and their products: on 4 warps it spills (100-164 bytes, sm_80 and
-# sm_90, by the resource table), on 8 it does not; launches keep the configurations that spill least.
+# The backward: 106-127 registers on 8 warps, 158-190 on 4 (sm_80 and sm_90, by the resource table;
+# one 4-warp variant spills 4 bytes); launches keep the configurations that spill least.
 BACKWARD_CONFIGS = FORWARD_CONFIGS[::-1]
 
 
@@ -114,11 +115,16 @@ def _backward_kernel(X, W, DT, ALOG, G, DX, PARTIAL, N, HEADS, D, C, AXES, ACC: 
     tl.store(row + AXES * D + HEADS + h, d_alog, mask=h_ok)
 
 
-def _shape(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor) -> dict:
+def block_tokens(tile: int, heads: int, d: int) -> int:
+    """``BLOCK_T``: the tokens of a tile of ``tile`` elements, heads and head dim each padded to a power of two."""
+    return max(1, tile // (triton.next_power_of_2(heads) * triton.next_power_of_2(d)))
+
+
+def _shape(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, tile: int) -> dict:
     """The launch's sizes and constexprs (``x`` ``(B, *grid, C)``)."""
     heads, (axes, d) = dt_bias.shape[0], weight.shape
-    hp, dp = triton.next_power_of_2(heads), triton.next_power_of_2(d)
-    return dict(HEADS=heads, D=d, C=heads * d, AXES=axes, HP=hp, DP=dp, BLOCK_T=max(1, TILE // (hp * dp)),
+    return dict(HEADS=heads, D=d, C=heads * d, AXES=axes, HP=triton.next_power_of_2(heads),
+                DP=triton.next_power_of_2(d), BLOCK_T=block_tokens(tile, heads, d),
                 ACC=tl.float64 if x.dtype == torch.float64 else tl.float32)
 
 
@@ -129,7 +135,7 @@ def _grid(batch: int, tokens: int):
 def forward(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor) -> torch.Tensor:
     """``(n_axes, B, heads, *grid)`` log-decays (fp32; fp64 for fp64 ``x``) of ``x`` ``(B, *grid, C)``,
     ``weight`` ``(n_axes, d)``, ``dt_bias`` and ``A_log`` ``(heads,)``."""
-    shape, batch, grid = _shape(x, weight, dt_bias), x.shape[0], x.shape[1:-1]
+    shape, batch, grid = _shape(x, weight, dt_bias, FORWARD_TILE), x.shape[0], x.shape[1:-1]
     tokens = math.prod(grid)
     out = torch.empty(shape["AXES"], batch, shape["HEADS"], *grid, device=x.device,
                       dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
@@ -140,7 +146,7 @@ def forward(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, A_log:
 def backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor,
              A_log: torch.Tensor) -> list[torch.Tensor]:
     """``[dx, dweight, d dt_bias, d A_log]`` (each like its tensor) for ``grad`` like the output."""
-    shape, batch, tokens = _shape(x, weight, dt_bias), x.shape[0], math.prod(x.shape[1:-1])
+    shape, batch, tokens = _shape(x, weight, dt_bias, BACKWARD_TILE), x.shape[0], math.prod(x.shape[1:-1])
     x = x.contiguous()
     dx = torch.empty_like(x)
     blocks = triton.cdiv(tokens, shape["BLOCK_T"])
@@ -161,12 +167,11 @@ def compile_cases() -> list[tuning.CompileCase]:
     cases = []
     for dtype in ("fp32", "bf16", "fp16"):
         for heads, d in ((4, 16), (4, 32), (8, 32), (16, 32), (8, 64)):
-            hp, dp = triton.next_power_of_2(heads), triton.next_power_of_2(d)
-            constexprs = dict(ACC=tl.float32, BLOCK_T=max(1, TILE // (hp * dp)), HP=hp, DP=dp)
+            pads = dict(ACC=tl.float32, HP=triton.next_power_of_2(heads), DP=triton.next_power_of_2(d))
             params = {"X": f"*{dtype}", "W": "*fp32", "DT": "*fp32", "ALOG": "*fp32", "OUT": "*fp32"}
-            cases += tuning.cases_of(_forward_kernel, tuning.signature(_forward_kernel, params), constexprs,
-                                     fp16_as_bf16=True)
+            cases += tuning.cases_of(_forward_kernel, tuning.signature(_forward_kernel, params),
+                                     {**pads, "BLOCK_T": block_tokens(FORWARD_TILE, heads, d)}, fp16_as_bf16=True)
             params = {**params, "G": "*fp32", "DX": f"*{dtype}", "PARTIAL": "*fp32"}
-            cases += tuning.cases_of(_backward_kernel, tuning.signature(_backward_kernel, params), constexprs,
-                                     fp16_as_bf16=True)
+            cases += tuning.cases_of(_backward_kernel, tuning.signature(_backward_kernel, params),
+                                     {**pads, "BLOCK_T": block_tokens(BACKWARD_TILE, heads, d)}, fp16_as_bf16=True)
     return cases

@@ -29,8 +29,8 @@ def test_bytes_model():
     """Forward: ``x`` read, the decays written; the backward adds ``x``, the decays' gradient, ``dx``
     and two passes over the partial sums (one row of ``n * d + 2 * heads`` per token tile)."""
     bench = load_bench("polyline_decays.py")
-    x = torch.empty(2, 7, 9, 64)  # 4 heads of 16: tiles of 4,096 / (4 * 16) = 64 tokens, one per image
+    x = torch.empty(2, 7, 9, 64)  # 4 heads of 16: backward tiles of 2,048 / (4 * 16) = 32 tokens, two an image
     decays = 2 * 2 * 63 * 4 * 4
     assert bench.must_move(x, 4, False) == x.numel() * 4 + decays
     assert bench.kernel_bytes(x, 4, False) == bench.must_move(x, 4, False)
-    assert bench.kernel_bytes(x, 4, True) == 3 * x.numel() * 4 + 2 * decays + 2 * 2 * (2 * 16 + 2 * 4) * 4
+    assert bench.kernel_bytes(x, 4, True) == 3 * x.numel() * 4 + 2 * decays + 2 * (2 * 2) * (2 * 16 + 2 * 4) * 4

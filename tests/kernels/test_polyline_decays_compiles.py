@@ -19,13 +19,14 @@ from ppma.kernels.common import tuning
 from ppma.kernels.polyline_decays import projection
 
 out = {}
-for kernel in (projection._forward_kernel, projection._backward_kernel):
+for kernel, tile in ((projection._forward_kernel, projection.FORWARD_TILE),
+                     (projection._backward_kernel, projection.BACKWARD_TILE)):
     for heads, axes, d in ((1, 1, 32), (8, 2, 32)):
         pointers = {"X": "*bf16", "DX": "*bf16", "W": "*fp32", "DT": "*fp32", "ALOG": "*fp32", "OUT": "*fp32",
                     "G": "*fp32", "PARTIAL": "*fp32"}
         signature = tuning.signature(kernel, pointers)
-        hp, dp = triton.next_power_of_2(heads), triton.next_power_of_2(d)
-        constants = dict(ACC=tl.float32, BLOCK_T=projection.TILE // (hp * dp), HP=hp, DP=dp)
+        constants = dict(ACC=tl.float32, BLOCK_T=projection.block_tokens(tile, heads, d),
+                         HP=triton.next_power_of_2(heads), DP=triton.next_power_of_2(d))
         constants.update({name: 1 for name, value in (("HEADS", heads), ("AXES", axes)) if value == 1})
         signature.update({name: "constexpr" for name in constants})
         names = list(signature)
