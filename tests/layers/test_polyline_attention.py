@@ -152,7 +152,7 @@ def gradients(attn, x):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("layout,shape", [("2d", (3, 5)), ("3d", (2, 3, 2))])
-@pytest.mark.parametrize("hook", ["module", "global"])
+@pytest.mark.parametrize("hook", ["module", "global", "backward"])
 def test_one_projection_gemm_equals_the_three_linears(kind, layout, shape, hook):
     """``q, k, v`` from one GEMM of the stacked weights (the layer's own path) against the three
     ``nn.Linear`` calls, which a hook on a projection or on every module makes it take: values
@@ -161,7 +161,9 @@ def test_one_projection_gemm_equals_the_three_linears(kind, layout, shape, hook)
     attn, x = make(kind, layout), rand_x(shape).requires_grad_()
     fused = gradients(attn, x)
     calls = []
-    register = attn.k_proj.register_forward_hook if hook == "module" else torch.nn.modules.module.register_module_forward_hook
+    register = {"module": attn.k_proj.register_forward_hook,
+                "global": torch.nn.modules.module.register_module_forward_hook,
+                "backward": attn.k_proj.register_full_backward_hook}[hook]
     handle = register(lambda module, *_: calls.append(module))
     modules = gradients(attn, x)
     handle.remove()
