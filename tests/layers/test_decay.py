@@ -90,9 +90,10 @@ def test_values_and_gradients_against_the_formula(layout, shape):
 
 
 @pytest.mark.parametrize("layout,shape", [("2d", (2, 7, 9, 12)), ("3d", (1, 2, 3, 4, 12))])
-def test_a_hooked_projection_is_called_with_the_same_result(layout, shape):
-    """The generator's one op (``ppma.ops.polyline_decays``) against the projection called as a
-    module, which a hook on it makes the generator take: values and every gradient."""
+def test_a_hooked_projection_is_called_with_the_same_result(layout, shape, monkeypatch):
+    """The generator's one op (``ppma.ops.polyline_decays``; the projection's forward does not
+    run) against the projection called as a module, which a hook on it makes the generator take:
+    values and every gradient."""
     torch.manual_seed(0)
     gen, x = DecayGenerator(12, 3, token_layout=layout).double(), torch.randn(shape, dtype=torch.float64, requires_grad=True)
 
@@ -100,7 +101,10 @@ def test_a_hooked_projection_is_called_with_the_same_result(layout, shape):
         decays = torch.stack(gen(x))
         return decays, torch.autograd.grad(decays.square().sum(), [x, *gen.parameters()])
 
+    forwards, linear_forward = [], torch.nn.Linear.forward
+    monkeypatch.setattr(torch.nn.Linear, "forward", lambda self, t: forwards.append(self) or linear_forward(self, t))
     fused = run()
+    assert forwards == []
     calls = []
     handle = gen.proj.register_forward_hook(lambda *_: calls.append(1))
     called = run()

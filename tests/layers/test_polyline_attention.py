@@ -153,13 +153,16 @@ def gradients(attn, x):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("layout,shape", [("2d", (3, 5)), ("3d", (2, 3, 2))])
 @pytest.mark.parametrize("hook", ["module", "global", "backward"])
-def test_one_projection_gemm_equals_the_three_linears(kind, layout, shape, hook):
-    """``q, k, v`` from one GEMM of the stacked weights (the layer's own path) against the three
-    ``nn.Linear`` calls, which a hook on a projection or on every module makes it take: values
-    and every gradient, float64."""
+def test_one_projection_gemm_equals_the_three_linears(kind, layout, shape, hook, monkeypatch):
+    """``q, k, v`` from one GEMM of the stacked weights (the layer's own path: no projection's
+    forward runs) against the three ``nn.Linear`` calls, which a hook on a projection or on every
+    module makes it take: values and every gradient, float64."""
     torch.manual_seed(0)
     attn, x = make(kind, layout), rand_x(shape).requires_grad_()
+    forwards, linear_forward = [], torch.nn.Linear.forward
+    monkeypatch.setattr(torch.nn.Linear, "forward", lambda self, t: forwards.append(self) or linear_forward(self, t))
     fused = gradients(attn, x)
+    assert forwards == [attn.out_proj], forwards
     calls = []
     register = {"module": attn.k_proj.register_forward_hook,
                 "global": torch.nn.modules.module.register_module_forward_hook,
