@@ -33,7 +33,8 @@ ARCHS = tuple(SHARED_MEMORY_LIMIT)
 RESOURCES_PATH = Path(__file__).with_name("resources.json")
 # The modules (below ``ppma.kernels``) whose kernels the table covers: each has ``compile_cases()``.
 KERNEL_MODULES = ("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line",
-                  "polyline_attention.whole_line", "polyline_decays.projection", "selective_scan.scan",
+                  "polyline_attention.whole_line", "polyline_decays.projection", "rotary_qk.rotate",
+                  "selective_scan.scan",
                   "polyline_scan.decay_scan", "polyline_scan.plane_scan", "polyline_linear_attention.tiled")
 
 TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}

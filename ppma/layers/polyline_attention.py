@@ -152,11 +152,12 @@ class PolylineAttention(nn.Module):
         lepe = self.lepe(v.movedim(1, -2).flatten(-2))
         # k scaled before the rotation, as the release does (rotating is linear); q and k come out of
         # the rotary embedding contiguous, so the attention kernels copy nothing. CPU inference
-        # rotates contiguous copies in place; under autograd an in-place rotation of their complex
-        # views would cost the backward a copy of each, so the rotation makes the copies
-        inplace = paths_for(x.device).update_views_in_place
-        q, k = (q.contiguous(), k.contiguous().mul_(self.scale)) if inplace else (q, k * self.scale)
-        q, k = self.rope(q, k, inplace=inplace)
+        # rotates contiguous copies in place; elsewhere one op rotates both into new tensors (an
+        # in-place rotation of their complex views would cost autograd a copy of each)
+        if paths_for(x.device).update_views_in_place:
+            q, k = self.rope(q.contiguous(), k.contiguous().mul_(self.scale), inplace=True)
+        else:
+            q, k = self.rope.rotate_qk(q, k, k_scale=self.scale)
         q, k = self.q_tap(q), self.k_tap(k)
         log_alpha, log_beta, log_gamma = _unpack(self.decay(x))
         if self.kind == "linear":

@@ -6,6 +6,9 @@ import math
 import torch
 from torch import nn
 
+from ppma.ops import rotary_qk
+from ppma.ops.rotary_qk_impl import rotate_pairs
+
 from .grid_tables import cached_per_grid
 
 
@@ -71,9 +74,14 @@ class RasterRotaryEmbedding(nn.Module):
         if inplace and x.dtype in (torch.float32, torch.float64) and x.is_contiguous():
             torch.view_as_complex(x.unflatten(-1, (-1, 2))).mul_(rotation)
             return x
-        work = torch.promote_types(x.dtype, torch.float32)
-        pairs = x.contiguous() if x.dtype == work else x.to(work, memory_format=torch.contiguous_format)  # one pass
-        return torch.view_as_real(torch.view_as_complex(pairs.unflatten(-1, (-1, 2))) * rotation).flatten(-2).to(x.dtype)
+        return rotate_pairs(x, rotation)
+
+    def rotate_qk(self, q: torch.Tensor, k: torch.Tensor, k_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rope(q), rope(k * k_scale))`` of ``q``, ``k`` ``(B, heads, *grid, head_dim)``, contiguous,
+        through one op (:func:`ppma.ops.rotary_qk`; on a GPU one Triton launch each way, where the
+        forward above dispatches about seven kernels and its backward about nine)."""
+        grid = tuple(q.shape[-1 - self.grid_rank : -1])
+        return rotary_qk(q, k, torch.view_as_real(self.rotation(grid, q.device)), k_scale)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, grid_rank={self.grid_rank}"

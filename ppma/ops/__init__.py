@@ -14,6 +14,7 @@ from .polyline_linear_attention_impl import polyline_linear_attention
 from .polyline_mask_impl import log_mask_1d, polyline_log_mask, polyline_mask, polyline_mask_1d
 from .polyline_scan_impl import decay_scan_1d, polyline_scan, polyline_scan_reference
 from .registry import backend_report, registered_ops, select_backend
+from .rotary_qk_impl import rotary_qk
 from .selective_scan_impl import selective_scan
 
 # The folders' names before they took the suffix ``_impl`` (each was hidden by its function).
@@ -41,6 +42,7 @@ __all__ = [
     "polyline_scan",
     "polyline_scan_reference",
     "registered_ops",
+    "rotary_qk",
     "select_backend",
     "selective_scan",
 ]

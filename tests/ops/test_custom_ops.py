@@ -3,7 +3,19 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from ppma.ops import polyline_attention, polyline_decays, polyline_linear_attention, polyline_mask, polyline_scan
+from ppma.ops import (
+    polyline_attention,
+    polyline_decays,
+    polyline_linear_attention,
+    polyline_mask,
+    polyline_scan,
+    rotary_qk,
+)
+
+
+def rotated(q, k, rotation, k_scale):
+    """``rotary_qk``'s two outputs as one tensor."""
+    return torch.stack(rotary_qk(q, k, rotation, k_scale))
 
 
 def decays(grid, batch=1, heads=2):
@@ -25,8 +37,10 @@ def calls(grid):
     """``(op name, public function, op arguments without backend)`` on the torch backend."""
     la, lb, lg = decays(grid)
     q, k, v = (channels(grid, 3) for _ in range(3))
+    rotation = torch.randn(*grid, 2, 2, requires_grad=True)  # head dim 4: channels(grid, 4)
     return [
         ("polyline_decays", polyline_decays, decay_parameters(grid)),
+        ("rotary_qk", rotated, (channels(grid, 4), channels(grid, 4), rotation, 0.5)),
         ("polyline_mask", polyline_mask, (la, lb, "h2v", lg)),
         ("polyline_scan", polyline_scan, (q, la, lb, "both", lg)),
         ("polyline_attention", polyline_attention, (q, k, v, la, lb, lg, "vanilla", "official")),
@@ -41,7 +55,7 @@ def test_opcheck(grid):
             torch.library.opcheck(getattr(torch.ops.ppma, name).default, (*args, "torch", keep_residuals))
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_compile_sees_one_node_and_matches_eager(index, monkeypatch):
     monkeypatch.setenv("PPMA_BACKEND", "torch")
     name, fn, args = calls((3, 5))[index]
@@ -75,7 +89,9 @@ def test_meta_tensors_run_forward_and_backward(grid):
             (polyline_attention, (q, k, v, la, lb, lg), dict(kind="vanilla")),
             (polyline_attention, (q, k, v, la, lb, lg), dict(kind="criss_cross")),
             (polyline_linear_attention, (q, k, v, la, lb, lg), {}),
-            (polyline_decays, tuple(t.detach().to("meta").requires_grad_() for t in decay_parameters(grid)), {})]
+            (polyline_decays, tuple(t.detach().to("meta").requires_grad_() for t in decay_parameters(grid)), {}),
+            (rotated, (*(channels(grid, 4).detach().to("meta").requires_grad_() for _ in range(2)),
+                       torch.randn(*grid, 2, 2, device="meta", requires_grad=True), 0.5), {})]
     for fn, args, kwargs in runs:
         out = fn(*args, **kwargs)
         assert out.device.type == "meta", fn.__name__

@@ -13,8 +13,10 @@ from .reference import polyline_decays_reference
 
 
 def _flops(x, weight, dt_bias, A_log):
-    """The projection's multiply-adds (elementwise ops are not counted, as for ``nn.Linear``)."""
-    return {"projection": math.prod(x) * weight[0]}
+    """The projection's multiply-adds and, per output, the bias, softplus, negation and product
+    (one FLOP each), plus ``exp(A_log)``: what the counter found in the layer's PyTorch ops."""
+    outputs = math.prod(x[:-1]) * dt_bias[0] * weight[0]
+    return {"projection": math.prod(x) * weight[0], "decay": 4 * outputs + dt_bias[0]}
 
 
 def _fake(x, weight, dt_bias, A_log):
