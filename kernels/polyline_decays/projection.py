@@ -29,8 +29,8 @@ from ..common import tuning
 # thread on 4 warps); 2,048 backward, which also holds dx and the products for dW.
 FORWARD_TILE, BACKWARD_TILE = 4096, 2048
 FORWARD_CONFIGS = [triton.Config({}, num_warps=4, num_stages=1), triton.Config({}, num_warps=8, num_stages=1)]
-# The backward: 106-127 registers on 8 warps, 158-190 on 4 (sm_80 and sm_90, by the resource table;
-# one 4-warp variant spills 4 bytes); launches keep the configurations that spill least.
+# The backward: 106-127 registers on 8 warps, 158-190 on 4, no spills (sm_80 and sm_90, by the resource
+# table); launches keep the configurations that spill least.
 BACKWARD_CONFIGS = FORWARD_CONFIGS[::-1]
 
 
@@ -46,7 +46,7 @@ def _softplus_sigmoid(u):
 
 
 @triton.jit
-def _tile(X, DT, ALOG, N, HEADS, D, C, ACC: tl.constexpr, BLOCK_T: tl.constexpr, HP: tl.constexpr,
+def _tile(X, DT, ALOG, N, HEADS, D, ACC: tl.constexpr, BLOCK_T: tl.constexpr, HP: tl.constexpr,
           DP: tl.constexpr):
     """This program's tokens ``t`` (``BLOCK_T``), heads ``h`` (``HP``) and channels ``j`` (``DP``)
     with their masks, the ``x`` tile ``(BLOCK_T, HP, DP)`` in ``ACC``, its offsets, ``dt_bias`` and
@@ -56,7 +56,7 @@ def _tile(X, DT, ALOG, N, HEADS, D, C, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
     h = tl.arange(0, HP)
     j = tl.arange(0, DP)
     t_ok, h_ok = t < N, h < HEADS
-    offsets = (b * N + t.to(tl.int64))[:, None, None] * C + (h * D)[None, :, None] + j[None, None, :]
+    offsets = (b * N + t.to(tl.int64))[:, None, None] * (HEADS * D) + (h * D)[None, :, None] + j[None, None, :]
     mask = t_ok[:, None, None] & h_ok[None, :, None] & (j < D)[None, None, :]
     x = tl.load(X + offsets, mask=mask, other=0.0).to(ACC)
     dt = tl.load(DT + h, mask=h_ok, other=0.0).to(ACC)
@@ -72,10 +72,10 @@ def _variant(args: dict) -> str:
 
 @tuning.autotune(FORWARD_CONFIGS, key=["HEADS", "D"], variant=_variant)
 @triton.jit(do_not_specialize=["N"])
-def _forward_kernel(X, W, DT, ALOG, OUT, N, HEADS, D, C, AXES, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
+def _forward_kernel(X, W, DT, ALOG, OUT, N, HEADS, D, AXES, ACC: tl.constexpr, BLOCK_T: tl.constexpr,
                     HP: tl.constexpr, DP: tl.constexpr):
     """``OUT[a, b, h, t]`` for every axis ``a < AXES`` (module doc); program ``(token block, b)``."""
-    b, t, h, j, t_ok, h_ok, x, _offsets, _mask, dt, a = _tile(X, DT, ALOG, N, HEADS, D, C, ACC, BLOCK_T, HP, DP)
+    b, t, h, j, t_ok, h_ok, x, _offsets, _mask, dt, a = _tile(X, DT, ALOG, N, HEADS, D, ACC, BLOCK_T, HP, DP)
     out_offsets = (b * HEADS + h.to(tl.int64))[None, :] * N + t[:, None]
     out_mask = t_ok[:, None] & h_ok[None, :]
     plane = tl.num_programs(1).to(tl.int64) * HEADS * N  # (B, heads, N) values an axis
@@ -88,11 +88,11 @@ def _forward_kernel(X, W, DT, ALOG, OUT, N, HEADS, D, C, AXES, ACC: tl.constexpr
 
 @tuning.autotune(BACKWARD_CONFIGS, key=["HEADS", "D"], variant=_variant, spill_free=True)
 @triton.jit(do_not_specialize=["N"])
-def _backward_kernel(X, W, DT, ALOG, G, DX, PARTIAL, N, HEADS, D, C, AXES, ACC: tl.constexpr,
+def _backward_kernel(X, W, DT, ALOG, G, DX, PARTIAL, N, HEADS, D, AXES, ACC: tl.constexpr,
                      BLOCK_T: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr):
     """``DX`` (like ``X``) and this program's row of ``PARTIAL``: ``[dW (AXES, D), d dt_bias (HEADS),
     d A_log (HEADS)]`` summed over its tokens; ``G``: the gradient of ``OUT``."""
-    b, t, h, j, t_ok, h_ok, x, offsets, mask, dt, a = _tile(X, DT, ALOG, N, HEADS, D, C, ACC, BLOCK_T, HP, DP)
+    b, t, h, j, t_ok, h_ok, x, offsets, mask, dt, a = _tile(X, DT, ALOG, N, HEADS, D, ACC, BLOCK_T, HP, DP)
     g_offsets = (b * HEADS + h.to(tl.int64))[None, :] * N + t[:, None]
     g_mask = t_ok[:, None] & h_ok[None, :]
     plane = tl.num_programs(1).to(tl.int64) * HEADS * N  # (B, heads, N) values an axis
@@ -123,7 +123,7 @@ def block_tokens(tile: int, heads: int, d: int) -> int:
 def _shape(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, tile: int) -> dict:
     """The launch's sizes and constexprs (``x`` ``(B, *grid, C)``)."""
     heads, (axes, d) = dt_bias.shape[0], weight.shape
-    return dict(HEADS=heads, D=d, C=heads * d, AXES=axes, HP=triton.next_power_of_2(heads),
+    return dict(HEADS=heads, D=d, AXES=axes, HP=triton.next_power_of_2(heads),
                 DP=triton.next_power_of_2(d), BLOCK_T=block_tokens(tile, heads, d),
                 ACC=tl.float64 if x.dtype == torch.float64 else tl.float32)
 

@@ -6,8 +6,9 @@
         [--batch-size 1] [--autocast bf16] [--paths gpu]
 
 Per model, in one process: inference (``torch.inference_mode``) on random inputs, the backends of
-``--backends`` (``PPMA_BACKEND``: ``torch``, the plain reference of every op, or ``auto``, the CPU
-kernels where an op has one) interleaved ``--repeats`` times after one warm-up each; prints
+``--backends`` (``PPMA_BACKEND``: ``torch``, the plain reference of every op, ``auto``, the CPU
+kernels where an op has one, or ``triton``, the Triton kernels: under ``TRITON_INTERPRET=1`` on a
+CPU, for ``--count``) interleaved ``--repeats`` times after one warm-up each; prints
 each backend's median seconds and its ratio to the first backend's. ``--compare``: the models
 timed against each other instead, all built first and every (model, backend) run interleaved,
 ratios to the first model's first backend (no profile). Else, per model, on the last backend,
@@ -122,7 +123,7 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--features", action="store_true", help="the features_only backbone")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--backends", nargs="+", default=["torch", "auto"], choices=["torch", "auto"])
+    parser.add_argument("--backends", nargs="+", default=["torch", "auto"], choices=["torch", "auto", "triton"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--top", type=int, default=12, help="ops listed by the profiler (0: none)")
     parser.add_argument("--rss", action="store_true", help="peak RSS increase per backend instead")
