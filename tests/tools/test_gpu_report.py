@@ -85,6 +85,20 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
     assert all(r[3] == "complete" for r in table(text, "## Time per section"))
 
 
+def test_chosen_sections_and_presets(tmp_path):
+    """--sections and --presets: a short lease measures what it needs (here the whole models and
+    the step profile of one preset); the budget goes to those sections alone."""
+    out = main(["--quick", "--device", "cpu", "--output", str(tmp_path / "r.md"), "--sections", "models", "profile",
+                "--presets", "test_ppma"])
+    text = out.read_text()
+    assert [r[0] for r in table(text, "## Time per section")] == ["whole models", "where the time goes"]
+    assert "## Compiling" not in text and "## Correctness" not in text
+    assert {r[0] for r in table(text, "## Whole models")} == {"test_ppma"}
+    assert "test_vmamba" not in text.split("## Whole models")[1]
+    with pytest.raises(SystemExit, match="--presets no_such: not a preset"):
+        main(["--quick", "--device", "cpu", "--output", str(tmp_path / "s.md"), "--presets", "no_such"])
+
+
 def test_a_section_out_of_time_says_so_and_the_report_is_written(tmp_path, capsys):
     out = main(["--quick", "--device", "cpu", "--output", str(tmp_path / "r.md"), "--budget", "0.3"])
     text = out.read_text()
@@ -283,6 +297,27 @@ def test_warm_up_workers_report_failures_and_are_killed_at_the_limit():
     assert time.monotonic() - start < 10
     assert [(r.name, r.case, r.status) for r in results] == [("test_ppma", "speed", "killed at the section's limit"),
                                                              ("test_ppma", "fp16", "not started")]
+
+
+def test_warm_up_kills_every_worker_before_waiting(monkeypatch):
+    """The section's timer may fire while the workers are reaped: every worker's group is killed
+    before the first wait, so none is left running to load the GPU under later sections."""
+    killed, real_kill = [], warm_up.kill_group
+
+    def kill(process):
+        killed.append(process)
+        real_kill(process)
+
+    def wait_interrupted(self, timeout=None):
+        assert len(killed) == 2, "a wait before every worker was killed"
+        raise SectionTimeout("the section's timer")
+
+    monkeypatch.setattr(warm_up, "kill_group", kill)
+    tasks = [warm_up.WarmTask("test_ppma", "speed"), warm_up.WarmTask("test_ppma", "fp16")]
+    with monkeypatch.context() as patched, pytest.raises(SectionTimeout):
+        patched.setattr(warm_up.subprocess.Popen, "wait", wait_interrupted)
+        warm_up.warm_up(tasks, lambda task: [sys.executable, "-c", "import time; time.sleep(60)"], 0.5, 2)
+    assert [p.wait(timeout=10) for p in killed] == [-9, -9]  # killed, not finished
 
 
 def test_warm_up_worker_runs_each_case(monkeypatch):

@@ -36,7 +36,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -62,6 +62,7 @@ TINY_PRESETS = ("ppma_tiny", "vmamba_tiny", "vim_tiny", "mila_tiny", "ppma_linea
 QUICK_PRESETS = ("test_ppma", "test_vmamba")
 DEFAULT_BUDGET_S = 330.0
 TOP_KERNELS = 12
+CLEANUP_S = 5.0  # the compiling section's workers stop this long before its timer
 
 
 def package_test_presets() -> tuple[str, ...]:
@@ -180,7 +181,9 @@ def compiling_items(s: Settings, deadline: Deadline) -> list:
 
     processes = parallel_processes(s.device, len(work))
     label = f"{len(work)} worker processes, {processes} at a time"
-    return [(label, lambda: warm_up(work, command, deadline.left() - 1.0, processes))]
+    # the workers stop CLEANUP_S before the section's timer, time to kill and reap them all (a
+    # process with a CUDA context can take a second to exit) and return their rows
+    return [(label, lambda: warm_up(work, command, deadline.left() - CLEANUP_S, processes))]
 
 
 def correctness_items(s: Settings, deadline: Deadline) -> list:
@@ -365,6 +368,8 @@ SECTIONS = {
     "backbones at large sizes": SectionKind(1.0, backbone_items, render_backbones),
     "where the time goes": SectionKind(1.5, profile_items, render_profiles),
 }
+# --sections' names for them, in the same order
+SECTION_NAMES = dict(zip(("compiling", "correctness", "kernels", "models", "backbones", "profile"), SECTIONS))
 
 
 def environment(s: Settings, command: str) -> list[str]:
@@ -430,11 +435,13 @@ def render(s: Settings, command: str, sections: list[Section], seconds: float) -
 # --- running it ---------------------------------------------------------------------------------
 
 
-def run_sections(s: Settings, budget_s: float) -> list[Section]:
-    """Every section of :data:`SECTIONS`, in order, each within its share of ``budget_s`` seconds."""
-    budget = Budget(budget_s, {title: kind.weight for title, kind in SECTIONS.items()})
+def run_sections(s: Settings, budget_s: float, titles: tuple[str, ...] = tuple(SECTIONS)) -> list[Section]:
+    """The sections ``titles`` of :data:`SECTIONS` (default all), in its order, each within its
+    share of ``budget_s`` seconds."""
+    chosen = {title: kind for title, kind in SECTIONS.items() if title in titles}
+    budget = Budget(budget_s, {title: kind.weight for title, kind in chosen.items()})
     sections = []
-    for title, kind in SECTIONS.items():
+    for title, kind in chosen.items():
         section = Section(title)
         sections.append(section)
         start = time.monotonic()
@@ -467,6 +474,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--official-mlla", metavar="DIR", help="a copy of github.com/LeapLabTHU/MLLA")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                         help=f"time for all sections together (default {DEFAULT_BUDGET_S:.0f})")
+    parser.add_argument("--sections", nargs="+", choices=tuple(SECTION_NAMES), default=tuple(SECTION_NAMES),
+                        help="the sections to run (default all), sharing the budget by their weights")
+    parser.add_argument("--presets", nargs="+", metavar="PRESET",
+                        help="only these of the mode's presets (default all; officials beside those kept)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)")
@@ -492,7 +503,14 @@ def main(argv: list[str] | None = None) -> Path:
     except FileNotFoundError as err:
         raise SystemExit(f"gpu_report: {err}") from None
     s = settings(args.quick, device, officials)
-    sections = run_sections(s, args.budget)
+    if args.presets:
+        unknown = sorted(set(args.presets) - set(s.correctness_presets))
+        if unknown:
+            raise SystemExit(f"gpu_report: --presets {' '.join(unknown)}: not a preset of this mode "
+                             f"({', '.join(s.correctness_presets)})")
+        s = replace(s, correctness_presets=tuple(p for p in s.correctness_presets if p in args.presets),
+                                presets=tuple(p for p in s.presets if p in args.presets))
+    sections = run_sections(s, args.budget, tuple(SECTION_NAMES[name] for name in args.sections))
     output = Path(args.output)
     output.write_text(render(s, command_line(argv), sections, time.monotonic() - start))
     print(f"wrote {output}", flush=True)

@@ -118,8 +118,9 @@ def warm_up(work: list[WarmTask], command: Callable[[WarmTask], list[str]], seco
                         del running[task]
                 time.sleep(0.2)
         finally:  # the limit, or the section's own timer: leave no process behind
+            for process, _, _ in running.values():  # every group killed before the first wait, so
+                kill_group(process)                  # that a timer firing during the waits leaves none
             for task, (process, log, start) in running.items():
-                kill_group(process)
                 process.wait()
                 log.close()
                 results[task] = WarmResult(task.name, task.case, time.monotonic() - start, "killed at the section's limit")
