@@ -12,12 +12,21 @@ gradients with the same backend:
   values and strides alike, and ``torch.compile`` traces them as plain PyTorch;
 - a kernel: the op ``ppma::<name>_backward`` (one node), whose fake is the op's
   ``backward_fake``.
+
+Plain eager calls (:func:`plain_eager`: real tensors, nothing tracing, no dispatch mode, no
+functorch transform) skip the dispatcher: :func:`define_custom_op` also gives an eager form that
+runs the same forward, saves the same tensors and computes the same gradients in a
+``torch.autograd.Function``. Through ``torch.library`` a call and its backward cost about 140
+microseconds more host time (pytree flattening, the dispatcher's Python autograd; measured on this
+project's CPU machine); a host-bound training step makes dozens of them (docs/benchmarks.md).
 """
 from __future__ import annotations
 
 import functools
 
 import torch
+from torch.autograd.function import once_differentiable
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._autocast import autocast_as, autocast_dtype, autocast_off
 
@@ -112,7 +121,7 @@ def torch_backward(name, arguments, forward, grads, residuals, *args):
 
 def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fake, impl_of):
     """Define ``ppma::<name>(<arguments>, str backend, bool keep_residuals) -> Tensor[]`` with fake
-    and autograd; returns it. ``outputs``: how many tensors ``fake`` and the forwards return;
+    and autograd; returns it and its eager form (the same arguments; the op's outputs alone). ``outputs``: how many tensors ``fake`` and the forwards return;
     ``gradients_fake(grads, residuals, *args)``: the kernels' gradients as empty tensors.
 
     ``impl_of(backend)`` gives the backend's :class:`~ppma.ops.registry.Impl` when the op runs.
@@ -123,7 +132,7 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         *op_args, backend, keep = args
         impl = impl_of(backend)
         outs, residuals = impl.forward(*op_args)
-        expected = _as_tuple(fake(*op_args))
+        expected = _as_tuple(fake(*op_args))  # on the arguments: fakes read autocast's state for their device
         outs = [_laid_out_like(o, e, f"ppma::{name} ({backend})") for o, e in zip(_as_tuple(outs), expected)]
         return outs + (list(residuals) if keep else [])
 
@@ -172,6 +181,7 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         ctx.autocast = (device_type, autocast_dtype(device_type))
         # the residuals' gradients are never read: None, not zero-filled tensors (a launch each)
         ctx.set_materialize_grads(False)
+        ctx.eager = False
 
     def backward_formula(ctx, grads):
         saved = ctx.saved_tensors
@@ -185,12 +195,46 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         with autocast_as(*ctx.autocast):
             if ctx.backend == "torch":
                 result = impl_of("torch").backward(grads, residuals, *args)
-            else:
-                result = backward_op(grads, residuals, *args, ctx.backend)
+            else:  # the eager form calls the backward op's function itself
+                result = (backward if ctx.eager else backward_op)(grads, residuals, *args, ctx.backend)
         out = [None] * (len(args) + 2)
         for i, g in zip(ctx.present, result):
             out[i] = g
         return tuple(out)
 
     op.register_autograd(backward_formula, setup_context=setup_context)
-    return op
+
+    def eager_forward(ctx, *args):
+        output = forward(*args)
+        setup_context(ctx, args, output)
+        ctx.eager = True
+        return tuple(output[:outputs])
+
+    def eager_backward(ctx, *grads):
+        return backward_formula(ctx, grads)
+
+    # the custom op's forward, saved tensors and backward formula without the dispatcher; named
+    # for profiles and autograd graphs (ppma_<name>Backward)
+    eager_function = type(f"ppma_{name}", (torch.autograd.Function,), {
+        "forward": staticmethod(eager_forward), "backward": staticmethod(once_differentiable(eager_backward))})
+
+    def eager(*args):
+        """``op(*args)``'s outputs (residuals left out) for a :func:`plain_eager` call."""
+        *_, keep = args
+        return eager_function.apply(*args) if keep else forward(*args)
+
+    return op, eager
+
+
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def plain_eager(args) -> bool:
+    """Whether a call with ``args`` may run an op's eager form: real tensors of the plain types
+    (no fake, meta or subclass), nothing compiling or tracing, no dispatch mode (op counters, the
+    FLOP counter) and no functorch transform. Elsewhere the custom op runs, so that those see it."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or _get_current_dispatch_mode() is not None:
+        return False
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    return all(type(a) in PLAIN_TENSORS and not a.is_meta for a in args if isinstance(a, torch.Tensor))

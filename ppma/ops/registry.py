@@ -40,7 +40,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from ._custom_op import contiguous_like, define_custom_op, output_count, tensor_positions, torch_backward
+from ._custom_op import contiguous_like, define_custom_op, output_count, plain_eager, tensor_positions, torch_backward
 
 BACKENDS = ("auto", "torch", "cpu", "triton")
 KERNEL_BACKENDS = BACKENDS[2:]  # the backends that kernels register under
@@ -131,17 +131,20 @@ class Op:
     kernels: tuple[Kernel, ...] = ()
     outputs: int = 1
     custom_op: Callable = field(default=None, repr=False, compare=False)
+    eager: Callable = field(default=None, repr=False, compare=False)
 
     def __call__(self, *args, backend: str):
-        """Run the custom op; ``backend`` is a resolved name (``'torch'`` or a kernel's). Returns a
-        tensor, or a tuple for an op with several outputs. Residuals are kept only when autograd
-        will need them (grad mode on, a tensor argument requiring grad, not exporting)."""
+        """Run the custom op (its eager form for a plain eager call, :mod:`._custom_op`);
+        ``backend`` is a resolved name (``'torch'`` or a kernel's). Returns a tensor, or a tuple
+        for an op with several outputs. Residuals are kept only when autograd will need them (grad
+        mode on, a tensor argument requiring grad, not exporting)."""
         keep = (
             torch.is_grad_enabled()
             and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
             and not torch.compiler.is_exporting()
         )
-        outputs = self.custom_op(*args, backend, keep)[: self.outputs]
+        run = self.eager if plain_eager(args) else self.custom_op
+        outputs = run(*args, backend, keep)[: self.outputs]
         return outputs[0] if self.outputs == 1 else tuple(outputs)
 
     def kernel(self, backend: str) -> Kernel | None:
@@ -183,10 +186,10 @@ def register(
     torch_forward = torch or reference
     outputs = output_count(returns)
     backward_fake = backward_fake or functools.partial(_contiguous_gradients, tensor_positions(name, arguments))
-    custom_op = define_custom_op(name, arguments, outputs, fake, backward_fake,
-                                 lambda backend: implementation(get_op(name), backend))
+    custom_op, eager = define_custom_op(name, arguments, outputs, fake, backward_fake,
+                                        lambda backend: implementation(get_op(name), backend))
     op = Op(name, arguments, reference, torch_forward, export or torch_forward, fake, backward_fake, flops,
-            tuple(kernels), outputs, custom_op)
+            tuple(kernels), outputs, custom_op, eager)
     _OPS[name] = op
     return op
 

@@ -1,7 +1,10 @@
 """Every polyline op is one ``torch.library`` custom op: ``opcheck`` and ``torch.compile`` see one node."""
+import os
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ppma.ops import (
     polyline_attention,
@@ -9,8 +12,10 @@ from ppma.ops import (
     polyline_linear_attention,
     polyline_mask,
     polyline_scan,
+    registry,
     rotary_qk,
 )
+from ppma.ops.registry import get_op
 
 
 def rotated(q, k, rotation, k_scale):
@@ -53,6 +58,74 @@ def test_opcheck(grid):
     for name, _, args in calls(grid):
         for keep_residuals in (False, True):
             torch.library.opcheck(getattr(torch.ops.ppma, name).default, (*args, "torch", keep_residuals))
+
+
+class Recorded(TorchDispatchMode):
+    """Records the ops it sees and changes nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def call_in_full(name, fn, args):
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if name == "polyline_attention":
+        return fn(*args[:-2], kind=args[-2], form=args[-1]), tensors
+    return fn(*args), tensors
+
+
+def values_and_gradients(name, fn, args):
+    out, tensors = call_in_full(name, fn, args)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    return out, torch.autograd.grad((out * weights).sum(), tensors, allow_unused=True)
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto", "triton"])
+@pytest.mark.parametrize("grid", [(3, 5), (2, 3, 2)], ids=str)
+def test_eager_form_equals_the_custom_op(backend, grid, monkeypatch):
+    """A plain eager call runs the op's eager form (its autograd node says so), no dispatcher;
+    with the eager form turned off the custom op runs. Same values, strides and gradients, bit
+    for bit, on each backend."""
+    if backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels on CPU tensors need TRITON_INTERPRET=1")
+    monkeypatch.setenv("PPMA_BACKEND", backend)
+    torch.manual_seed(0)
+    for name, fn, args in calls(grid):
+        if backend == "triton" and get_op(name).kernel("triton") is None:
+            continue
+        out, grads = values_and_gradients(name, fn, args)
+        assert fn is rotated or out.grad_fn.name() == f"ppma_{name}Backward", out.grad_fn.name()
+        with monkeypatch.context() as patched:
+            patched.setattr(registry, "plain_eager", lambda args: False)
+            dispatched, dispatched_grads = values_and_gradients(name, fn, args)
+        assert fn is rotated or not dispatched.grad_fn.name().startswith("ppma_"), dispatched.grad_fn.name()
+        for got, want in zip((out, *grads), (dispatched, *dispatched_grads)):
+            assert (got is None) == (want is None), name
+            assert got is None or (torch.equal(got, want) and got.stride() == want.stride()), name
+
+
+def test_dispatch_modes_see_the_custom_op():
+    """Op counters and the FLOP counter are dispatch modes: under one the custom op runs."""
+    q, k = channels((3, 5), 4), channels((3, 5), 4)
+    with Recorded() as mode:
+        rotary_qk(q, k, torch.randn(3, 5, 2, 2), 0.5)
+    assert "ppma.rotary_qk.default" in mode.seen
+    with Recorded() as mode, torch.no_grad():
+        rotary_qk(q, k, torch.randn(3, 5, 2, 2), 0.5)
+    assert "ppma.rotary_qk.default" in mode.seen
+
+
+def test_eager_form_is_once_differentiable():
+    q, k = channels((3, 5), 4), channels((3, 5), 4)
+    a, _ = rotary_qk(q, k, torch.randn(3, 5, 2, 2), 0.5)
+    (g,) = torch.autograd.grad(a.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        g.sum().backward()
 
 
 @pytest.mark.parametrize("index", range(6))

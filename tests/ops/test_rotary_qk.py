@@ -3,6 +3,7 @@ against the reference (values and gradients, on contiguous tensors and on the la
 GEMM's output), and the errors that name the argument."""
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ppma.layers.rope import raster_rotation
 from ppma.ops import rotary_qk
@@ -59,6 +60,24 @@ def test_triton_kernel_matches_the_reference(shape, views):
         assert g.dtype == w.dtype and g.shape == w.shape, name
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=name)
     assert got[0].is_contiguous() and got[1].is_contiguous()
+
+
+class Passing(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_cpu_kernel_under_a_dispatch_mode():
+    """Under a dispatch mode (an op counter) the CPU kernel's backward gives the torch backend's
+    gradients: a lazy conjugate (``conj()``) of the table was lost there and rotated them the wrong way."""
+    torch.manual_seed(0)
+    q, k, leaves = qk((1, 2, 3, 5, 4), torch.float32, False)
+    rotation = table((3, 5), 4)
+    want = outputs_and_gradients("torch", q, k, leaves, rotation, 0.5)
+    with Passing():
+        got = outputs_and_gradients("cpu", q, k, leaves, rotation, 0.5)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-7), (torch.float16, 1e-2), (torch.bfloat16, 1e-2)])

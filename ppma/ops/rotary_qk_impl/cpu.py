@@ -14,7 +14,7 @@ def load() -> Impl:
         return rotary_qk_reference(q, k, rotation, k_scale), ()
 
     def backward(grads, residuals, q, k, rotation, k_scale):
-        transposed = torch.view_as_complex(rotation).conj()
+        transposed = torch.view_as_complex(rotation).conj_physical()  # a lazy conj() is lost under dispatch modes
         dq = rotate_pairs(grads[0], transposed).to(q.dtype)
         dk = rotate_pairs(grads[1], transposed).mul_(k_scale).to(k.dtype)
         return [dq, dk, torch.zeros_like(rotation)]
