@@ -67,11 +67,13 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
         (f"{p} features", b, s) for p in presets for b in ("auto", "torch") for s in ("32", "48")]
     assert all(float(r[3]) > 0 and float(r[4]) >= 0 for r in backbones)
 
-    for preset in presets:
-        match = re.search(rf"^### {preset}: step ([\d.]+) ms, host ([\d.]+) ms, (\d+) aten operator calls, ([\d.]+) ms",
-                          text, re.MULTILINE)
-        assert match and all(float(v) > 0 for v in match.groups()), preset
-        top = table(text, f"### {preset}: step")
+    profiles = re.findall(r"^### (\w+) \((training step, batch 2|inference, batch 2)\): ([\d.]+) ms, host ([\d.]+) ms, "
+                          r"(\d+) aten operator calls, ([\d.]+) ms", text, re.MULTILINE)
+    assert [p[:2] for p in profiles] == [(p, what) for what in ("training step, batch 2", "inference, batch 2")
+                                         for p in presets]
+    for preset, what, *numbers in profiles:
+        assert all(float(v) > 0 for v in numbers), (preset, what)
+        top = table(text, f"### {preset} ({what})")
         assert 1 <= len(top) <= 12 and all(r[0].startswith("`aten::") and int(r[1]) >= 1 for r in top)
         assert [float(r[2]) for r in top] == sorted((float(r[2]) for r in top), reverse=True)
 

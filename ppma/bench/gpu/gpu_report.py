@@ -51,6 +51,7 @@ from .throughput import (
     Repeats,
     SpeedRow,
     backbone_speed,
+    inference_step,
     model_speed,
     training_step,
 )
@@ -231,15 +232,22 @@ def backbone_items(s: Settings, deadline: Deadline) -> list:
 
 
 def profile_items(s: Settings, deadline: Deadline) -> list:
-    def run(label: str, build: Callable[[], torch.nn.Module], name: str) -> StepProfile:
+    """Per model on ``auto`` (and per official one): its training step, then, after every model's
+    step, its inference call (is it bound by the host too?)."""
+    def run(label: str, build: Callable[[], torch.nn.Module], name: str, training: bool) -> StepProfile:
         torch.manual_seed(0)
-        model = build().to(s.device).train()
-        x = torch.randn(s.train_batch, 3, *s.input_size(name), device=s.device)
-        return profile_step(label, training_step(model, x), s.device, s.repeats.warmup, s.repeats.timed, TOP_KERNELS)
+        model = build().to(s.device)
+        size = s.input_size(name)
+        step = (training_step(model.train(), torch.randn(s.train_batch, 3, *size, device=s.device)) if training
+                else inference_step(model.eval(), torch.randn(s.infer_batch, 3, *size, device=s.device)))
+        return profile_step(label, step, s.device, s.repeats.warmup, s.repeats.timed, TOP_KERNELS)
 
     models = [(label, build, name) for label, build, backend, name in beside(s.presets, s.officials, backbone=False)
               if backend != "torch"]
-    return [(label, lambda label=label, build=build, name=name: run(label, build, name)) for label, build, name in models]
+    passes = ((True, f"training step, batch {s.train_batch}"), (False, f"inference, batch {s.infer_batch}"))
+    return [(f"{label} ({what})", lambda label=label, build=build, name=name, training=training, what=what:
+             run(f"{label} ({what})", build, name, training))
+            for training, what in passes for label, build, name in models]
 
 
 # --- the Markdown -------------------------------------------------------------------------------
@@ -322,7 +330,8 @@ def render_backbones(section: Section, s: Settings) -> list[str]:
 
 def render_profiles(section: Section, s: Settings) -> list[str]:
     unit = "kernel" if s.device.type == "cuda" else "aten operator"
-    lines = [(f"One bf16 training step (batch {s.train_batch}) per model on `auto`: the step's median wall time "
+    lines = [(f"One bf16 training step (batch {s.train_batch}) per model on `auto`, then one bf16 inference call "
+              f"(batch {s.infer_batch}) per model: the call's median wall time "
               "unprofiled; the host's time (`host`: from the call, the device idle, until the step returns, "
               "not waiting for the device: near the step's time where the launches bound it) and the "
               "synchronizing calls of one step (`torch.cuda.set_sync_debug_mode`); then one step under "
@@ -334,7 +343,7 @@ def render_profiles(section: Section, s: Settings) -> list[str]:
             continue
         m, h = p.summary, p.host
         syncs = "" if h.syncs is None else f", {h.syncs} synchronizing calls" + (f" ({h.first_sync})" if h.syncs else "")
-        lines += ["", (f"### {p.model}: step {fmt_number(p.step_ms)} ms, host {fmt_number(h.ms)} ms{syncs}, "
+        lines += ["", (f"### {p.model}: {fmt_number(p.step_ms)} ms, host {fmt_number(h.ms)} ms{syncs}, "
                        f"{m.launches:.0f} {unit} calls, {fmt_number(m.kernel_ms)} ms of {unit} time"), "",
                   f"| {unit} | calls | ms | share |", "|---|---:|---:|---:|"]
         lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} | "
