@@ -37,26 +37,28 @@ def _variant(args: dict) -> str:
 def _rotate_kernel(Q, K, QO, KO, ROT, N, HEADS, sqb, sqh, sqn, skb, skh, skn, k_scale, HALF,
                    ACC: tl.constexpr, SIGN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
     """``QO`` and ``KO`` (module doc) from ``Q`` and ``K`` ``(B, heads, N, 2 * HALF)`` with the given
-    strides (unit channel stride); ``ROT``: fp32 ``(N, HALF, 2)``."""
+    strides (unit channel stride); ``ROT``: fp32 ``(N, HALF, 2)``. Each token's row, its table row
+    and its output row are read and written whole (vector accesses along the channels) and split
+    into the pairs' two halves in registers."""
     bh, which = tl.program_id(1), tl.program_id(2)
     b, h = bh // HEADS, bh % HEADS
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = tl.arange(0, BLOCK_M)
-    mask = (n < N)[:, None] & (m < HALF)[None, :]
+    c = tl.arange(0, 2 * BLOCK_M)
+    mask = (n < N)[:, None] & (c < 2 * HALF)[None, :]
     src = Q + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + n.to(tl.int64)[:, None] * sqn
     dst = QO
     if which == 1:
         src = K + b.to(tl.int64) * skb + h.to(tl.int64) * skh + n.to(tl.int64)[:, None] * skn
         dst = KO
     scale = tl.where(which == 1, k_scale, 1.0).to(ACC)
-    even = tl.load(src + 2 * m[None, :], mask=mask, other=0.0).to(ACC)
-    odd = tl.load(src + 2 * m[None, :] + 1, mask=mask, other=0.0).to(ACC)
-    table = ROT + (n.to(tl.int64)[:, None] * HALF + m[None, :]) * 2
-    cos = tl.load(table, mask=mask, other=0.0).to(ACC)
-    sin = SIGN * tl.load(table + 1, mask=mask, other=0.0).to(ACC)
-    out = dst + (bh.to(tl.int64) * N + n.to(tl.int64))[:, None] * (2 * HALF) + 2 * m[None, :]
-    tl.store(out, (scale * (even * cos - odd * sin)).to(dst.dtype.element_ty), mask=mask)
-    tl.store(out + 1, (scale * (odd * cos + even * sin)).to(dst.dtype.element_ty), mask=mask)
+    rows = tl.load(src + c[None, :], mask=mask, other=0.0).to(ACC)
+    even, odd = tl.split(tl.reshape(rows, (BLOCK_N, BLOCK_M, 2)))
+    table = tl.load(ROT + n.to(tl.int64)[:, None] * (2 * HALF) + c[None, :], mask=mask, other=0.0).to(ACC)
+    cos, sin = tl.split(tl.reshape(table, (BLOCK_N, BLOCK_M, 2)))
+    sin = SIGN * sin
+    out = tl.reshape(tl.join(scale * (even * cos - odd * sin), scale * (odd * cos + even * sin)), (BLOCK_N, 2 * BLOCK_M))
+    offsets = (bh.to(tl.int64) * N + n.to(tl.int64))[:, None] * (2 * HALF) + c[None, :]
+    tl.store(dst + offsets, out.to(dst.dtype.element_ty), mask=mask)
 
 
 def _tokens(x: torch.Tensor) -> torch.Tensor:
