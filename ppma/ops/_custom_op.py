@@ -121,7 +121,8 @@ def torch_backward(name, arguments, forward, grads, residuals, *args):
 
 def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fake, impl_of):
     """Define ``ppma::<name>(<arguments>, str backend, bool keep_residuals) -> Tensor[]`` with fake
-    and autograd; returns it and its eager form (the same arguments; the op's outputs alone). ``outputs``: how many tensors ``fake`` and the forwards return;
+    and autograd; returns it and its eager form (the same arguments; the op's outputs alone).
+    ``outputs``: how many tensors ``fake`` and the forwards return;
     ``gradients_fake(grads, residuals, *args)``: the kernels' gradients as empty tensors.
 
     ``impl_of(backend)`` gives the backend's :class:`~ppma.ops.registry.Impl` when the op runs.

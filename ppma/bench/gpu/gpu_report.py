@@ -2,6 +2,7 @@
 
     python tools/gpu_report.py [--quick] [--device cuda|cpu] [--output REPORT.md]
                                [--official-ppma DIR] [--official-mlla DIR] [--budget SECONDS]
+                               [--sections NAME ...] [--presets PRESET ...]
 
 Sections, run in this order, each within its share of ``--budget`` (default 330 s, meant to keep
 the whole run, imports included, within 6 minutes on an H100): a section that runs out of time
@@ -16,7 +17,11 @@ stops, keeps what it measured and says what it did not run.
    memory of every tiny preset on ``auto`` and ``torch``; 4. their **backbones at large sizes**,
    1024 and 1280, bs1. The official PPMA-T / MLLA-T (``--official-ppma`` / ``--official-mlla``)
    beside them.
-5. **Where the time goes** (:mod:`.step_profile`): one training step per preset under the profiler.
+5. **Where the time goes** (:mod:`.step_profile`): one training step per preset under the profiler,
+   then one inference call per preset.
+
+``--sections`` runs some of them (sharing the budget by their weights), ``--presets`` some presets:
+on a fresh GPU the kernels' first compile alone can outlast the default budget (docs/gpu.md).
 
 ``--quick`` (the CPU test): two ``test_*`` presets at 32x32, batch 2 (one fp32 worker each),
 backbones at 32 and 48, one timed run, two of the scripts at their reduced shapes. docs/gpu.md
@@ -518,7 +523,7 @@ def main(argv: list[str] | None = None) -> Path:
             raise SystemExit(f"gpu_report: --presets {' '.join(unknown)}: not a preset of this mode "
                              f"({', '.join(s.correctness_presets)})")
         s = replace(s, correctness_presets=tuple(p for p in s.correctness_presets if p in args.presets),
-                                presets=tuple(p for p in s.presets if p in args.presets))
+                    presets=tuple(p for p in s.presets if p in args.presets))
     sections = run_sections(s, args.budget, tuple(SECTION_NAMES[name] for name in args.sections))
     output = Path(args.output)
     output.write_text(render(s, command_line(argv), sections, time.monotonic() - start))
