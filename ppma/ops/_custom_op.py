@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ._autocast import autocast_as, autocast_dtype, autocast_off
@@ -196,8 +195,10 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
         with autocast_as(*ctx.autocast):
             if ctx.backend == "torch":
                 result = impl_of("torch").backward(grads, residuals, *args)
-            else:  # the eager form calls the backward op's function itself
-                result = (backward if ctx.eager else backward_op)(grads, residuals, *args, ctx.backend)
+            else:  # the eager form calls the backward op's function itself, unless a graph of the
+                # gradients is asked for (create_graph): the op, whose own gradient is undefined, says so
+                direct = ctx.eager and not torch.is_grad_enabled()
+                result = (backward if direct else backward_op)(grads, residuals, *args, ctx.backend)
         out = [None] * (len(args) + 2)
         for i, g in zip(ctx.present, result):
             out[i] = g
@@ -217,7 +218,7 @@ def define_custom_op(name: str, arguments: str, outputs: int, fake, gradients_fa
     # the custom op's forward, saved tensors and backward formula without the dispatcher; named
     # for profiles and autograd graphs (ppma_<name>Backward)
     eager_function = type(f"ppma_{name}", (torch.autograd.Function,), {
-        "forward": staticmethod(eager_forward), "backward": staticmethod(once_differentiable(eager_backward))})
+        "forward": staticmethod(eager_forward), "backward": staticmethod(eager_backward)})
 
     def eager(*args):
         """``op(*args)``'s outputs (residuals left out) for a :func:`plain_eager` call."""

@@ -120,12 +120,25 @@ def test_dispatch_modes_see_the_custom_op():
     assert "ppma.rotary_qk.default" in mode.seen
 
 
-def test_eager_form_is_once_differentiable():
-    q, k = channels((3, 5), 4), channels((3, 5), 4)
-    a, _ = rotary_qk(q, k, torch.randn(3, 5, 2, 2), 0.5)
-    (g,) = torch.autograd.grad(a.square().sum(), q, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
-        g.sum().backward()
+def test_eager_form_keeps_double_backward_as_the_custom_op(monkeypatch):
+    """A graph of the gradients (``create_graph``): through the torch backend's backward (autograd
+    through its form), second derivatives as the custom op gives them; a kernel's backward has no
+    gradient of its own, and says so."""
+    torch.manual_seed(0)
+    q, k, v = (channels((3, 4), 5).double() for _ in range(3))
+    la, lb = (-torch.rand(1, 2, 3, 4, dtype=torch.float64) for _ in range(2))
+
+    def second(backend):
+        out = polyline_attention(q, k, v, la, lb, kind="vanilla", backend=backend)
+        (g,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+        return torch.autograd.grad(g.square().sum(), k)[0]
+
+    got = second("torch")
+    with monkeypatch.context() as patched:
+        patched.setattr(registry, "plain_eager", lambda args: False)
+        torch.testing.assert_close(got, second("torch"), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="polyline_attention_backward.*no autograd formula"):
+        second("cpu")
 
 
 @pytest.mark.parametrize("index", range(6))
