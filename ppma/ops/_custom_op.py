@@ -16,9 +16,9 @@ gradients with the same backend:
 Plain eager calls (:func:`plain_eager`: real tensors, nothing tracing, no dispatch mode, no
 functorch transform) skip the dispatcher: :func:`define_custom_op` also gives an eager form that
 runs the same forward, saves the same tensors and computes the same gradients in a
-``torch.autograd.Function``. Through ``torch.library`` a call and its backward cost about 140
-microseconds more host time (pytree flattening, the dispatcher's Python autograd; measured on this
-project's CPU machine); a host-bound training step makes dozens of them (docs/benchmarks.md).
+``torch.autograd.Function``. Through ``torch.library`` a call and its backward cost about 150
+microseconds more host time (pytree flattening, the dispatcher's Python autograd:
+``tools/op_overhead.py``); a host-bound training step makes dozens of them (docs/benchmarks.md).
 """
 from __future__ import annotations
 

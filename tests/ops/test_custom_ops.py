@@ -149,8 +149,7 @@ def test_compile_sees_one_node_and_matches_eager(index, monkeypatch):
 
     def run(*ts):
         it = iter(ts)
-        full = [next(it) if isinstance(a, torch.Tensor) else a for a in args]
-        return fn(*full[:-2], **dict(zip(("kind", "form"), full[-2:]))) if name == "polyline_attention" else fn(*full)
+        return call_in_full(name, fn, [next(it) if isinstance(a, torch.Tensor) else a for a in args])[0]
 
     torch._dynamo.reset()  # a fresh compile: no shapes made dynamic by an earlier test
     counter = CompileCounterWithBackend("aot_eager")

@@ -250,9 +250,9 @@ def profile_items(s: Settings, deadline: Deadline) -> list:
     models = [(label, build, name) for label, build, backend, name in beside(s.presets, s.officials, backbone=False)
               if backend != "torch"]
     passes = ((True, f"training step, batch {s.train_batch}"), (False, f"inference, batch {s.infer_batch}"))
-    return [(f"{label} ({what})", lambda label=label, build=build, name=name, training=training, what=what:
-             run(f"{label} ({what})", build, name, training))
-            for training, what in passes for label, build, name in models]
+    items = [(f"{label} ({what})", build, name, training) for training, what in passes for label, build, name in models]
+    return [(item, lambda item=item, build=build, name=name, training=training: run(item, build, name, training))
+            for item, build, name, training in items]
 
 
 # --- the Markdown -------------------------------------------------------------------------------
