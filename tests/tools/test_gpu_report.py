@@ -19,7 +19,7 @@ from ppma.bench.gpu.budget import Budget, Deadline, SectionTimeout, time_limit
 from ppma.bench.gpu.correctness import Errors, Row, Run, compare, relative_error
 from ppma.bench.gpu.gpu_report import QUICK_PRESETS, main
 from ppma.bench.gpu.official import official_models
-from ppma.bench.gpu.step_profile import count_syncs, runtime_calls, summarize
+from ppma.bench.gpu.step_profile import count_syncs, host_operators, python_functions, runtime_calls, summarize
 from ppma.kernels.common.timing import median_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,10 +28,16 @@ SECTIONS = ("Compiling", "Correctness", "Kernel tables", "Whole models", "Backbo
 
 
 def table(text: str, heading: str) -> list[list[str]]:
-    """The cells of the table under ``heading`` (up to the next heading; header and separator rows dropped)."""
-    body = text.split(heading, 1)[1]
-    lines = [line for line in body.split("\n#", 1)[0].splitlines() if line.startswith("|")]
-    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    """The cells of the first table after ``heading`` (a heading, or a table's header row's
+    start): header and separator rows dropped."""
+    lines = text.split(heading, 1)[1].split("\n#", 1)[0].splitlines()
+    start = 0 if heading.startswith("|") else next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
 
 
 def test_quick_report_on_the_cpu_end_to_end(tmp_path):
@@ -76,6 +82,12 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
         top = table(text, f"### {preset} ({what})")
         assert 1 <= len(top) <= 12 and all(r[0].startswith("`aten::") and int(r[1]) >= 1 for r in top)
         assert [float(r[2]) for r in top] == sorted((float(r[2]) for r in top), reverse=True)
+        section = text.split(f"### {preset} ({what})", 1)[1].split("\n### ", 1)[0]
+        operators = table(section, "| host operator |")
+        assert 1 <= len(operators) <= 12 and all(float(r[2]) >= 0 for r in operators)
+        functions = table(section, "| Python function |")
+        assert 1 <= len(functions) <= 12 and all(float(r[3]) >= float(r[2]) >= 0 for r in functions)
+        assert [float(r[2]) for r in functions] == sorted((float(r[2]) for r in functions), reverse=True)
 
     kernels = text.split("## Kernel tables", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"^### `kernels/bench/(\S+) --device cpu .*`\n\n\d+ s, exit 0\.$", kernels, re.MULTILINE)
@@ -191,6 +203,37 @@ def test_runtime_calls_are_the_host_side_cuda_calls():
               event("aten::mm", 4, cpu_us=99000.0, device=DeviceType.CPU), event("cutlass_gemm", 4, 3000.0)]
     calls = runtime_calls(events, steps=2, top=2)
     assert [(k.name, k.calls, k.ms) for k in calls] == [("cudaStreamSynchronize", 1, 4.5), ("cudaLaunchKernel", 400, 2.0)]
+
+
+def test_host_operators_are_the_host_rows_but_the_runtime_calls():
+    events = [event("cudaLaunchKernel", 800, cpu_us=4000.0, device=DeviceType.CPU),
+              event("aten::mm", 4, cpu_us=900.0, device=DeviceType.CPU),
+              event("ppma_rotary_qk", 2, cpu_us=3000.0, device=DeviceType.CPU),
+              event("autograd::engine::evaluate_function: MmBackward0", 4, cpu_us=200.0, device=DeviceType.CPU),
+              event("cutlass_gemm", 4, 3000.0)]
+    rows = host_operators(events, steps=2, top=2)
+    assert [(k.name, k.calls, k.ms) for k in rows] == [("ppma_rotary_qk", 1, 1.5), ("aten::mm", 2, 0.45)]
+
+
+def _busy(n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def test_python_functions_rank_a_step_by_self_time():
+    def step():
+        for _ in range(3):
+            _busy(20_000)
+        _busy(10)
+
+    rows = python_functions(step, torch.device("cpu"), top=3)
+    first = rows[0]
+    assert first.name.endswith(f"test_gpu_report.py:{_busy.__code__.co_firstlineno}(_busy)"), rows
+    assert first.name.startswith("tests/tools/") and first.calls == 4
+    assert first.cumulative_ms >= first.self_ms > 0
+    assert [r.self_ms for r in rows] == sorted((r.self_ms for r in rows), reverse=True)
 
 
 def test_host_time_returns_before_the_queued_work_and_counts_no_syncs_off_cuda():

@@ -341,8 +341,12 @@ def render_profiles(section: Section, s: Settings) -> list[str]:
               "not waiting for the device: near the step's time where the launches bound it) and the "
               "synchronizing calls of one step (`torch.cuda.set_sync_debug_mode`); then one step under "
               f"`torch.profiler`: {unit} calls per step, their summed self time and the top {TOP_KERNELS} by "
-              "self time, and the CUDA runtime calls by host time (the profiled step ends with one "
-              "`cudaDeviceSynchronize` of the report's own).")]
+              "self time, the CUDA runtime calls by host time (the profiled step ends with one "
+              "`cudaDeviceSynchronize` of the report's own) and the step's other host operators by self "
+              "host time (aten operators, autograd's nodes, the ops' autograd functions `ppma_<name>`: "
+              "their own code, Python included); and the Python functions of one more step by self time "
+              "(`cProfile`, the calling thread only: a CUDA backward runs in autograd's device thread, one "
+              "`run_backward` call there).")]
     for p in section.rows:
         if not isinstance(p, StepProfile):
             continue
@@ -356,6 +360,10 @@ def render_profiles(section: Section, s: Settings) -> list[str]:
         if h.runtime:
             lines += ["", "| runtime call | calls | host ms |", "|---|---:|---:|"]
             lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} |" for k in h.runtime]
+        lines += ["", "| host operator | calls | self host ms |", "|---|---:|---:|"]
+        lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} |" for k in h.operators]
+        lines += ["", "| Python function | calls | self ms | cumulative ms |", "|---|---:|---:|---:|"]
+        lines += [f"| `{_cell(f.name)}` | {f.calls} | {f.self_ms:.3g} | {f.cumulative_ms:.3g} |" for f in h.python]
     return lines
 
 

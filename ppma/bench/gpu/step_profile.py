@@ -1,6 +1,7 @@
 """Where a training step's time goes: one step under ``torch.profiler``, summarised as kernel
 launches per step, kernel time per step and the kernels that take the most of it; and the host's
-side of the step (:class:`HostTime`), which bounds it where the device waits for the launches.
+side of the step (:class:`HostTime`), which bounds it where the device waits for the launches:
+its operators by self host time, and its Python functions by self time (``cProfile``).
 
 On CUDA the summary counts GPU kernels (and memory copies and sets: every activity the profiler
 records on the device) by their self device time. On the CPU there are no kernels: it counts the
@@ -8,9 +9,12 @@ records on the device) by their self device time. On the CPU there are no kernel
 """
 from __future__ import annotations
 
+import cProfile
+import pstats
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import torch
 from torch.autograd import DeviceType
@@ -65,6 +69,61 @@ def runtime_calls(events: Iterable, steps: int, top: int = 5) -> list[KernelTime
     return sorted(rows, key=lambda k: k.ms, reverse=True)[:top]
 
 
+def host_operators(events: Iterable, steps: int, top: int = 12) -> list[KernelTime]:
+    """The host-side rows of ``prof.key_averages()`` but the CUDA runtime calls (:func:`runtime_calls`):
+    aten operators, autograd's nodes, the ops' autograd functions (``ppma_<name>``), the
+    optimizer's step; by their self host milliseconds per step over ``steps`` steps, the ``top``
+    first. A row's self time is its own code's: Python included (an autograd function's), the
+    operators it calls left out."""
+    rows = [KernelTime(e.key, e.count / steps, e.self_cpu_time_total / steps / 1e3) for e in events
+            if e.device_type == DeviceType.CPU and not e.key.startswith("cu")]
+    return sorted(rows, key=lambda k: k.ms, reverse=True)[:top]
+
+
+@dataclass(frozen=True)
+class PythonTime:
+    """One Python function (or built-in) in a ``cProfile`` run: ``name`` ``'path:line(function)'``
+    (the path from its package's folder on), its calls, its self and its cumulative milliseconds."""
+
+    name: str
+    calls: int
+    self_ms: float
+    cumulative_ms: float
+
+
+# the folder that holds the ppma package (and, in a checkout, kernels/ and tests/)
+_PROJECT = PurePath(__file__).parents[3]
+
+
+def _short_path(path: str) -> str:
+    """A source path from its package's folder on: ``'.../site-packages/torch/nn/modules/module.py'``
+    -> ``'torch/nn/modules/module.py'``, ``'<checkout>/ppma/ops/registry.py'`` -> ``'ppma/ops/registry.py'``;
+    elsewhere its last three parts."""
+    pure = PurePath(path)
+    if pure.is_relative_to(_PROJECT):
+        return pure.relative_to(_PROJECT).as_posix()
+    parts = pure.parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[parts.index(marker) + 1:])
+    return "/".join(parts[-3:])
+
+
+def python_functions(step: Callable[[], None], device: torch.device, top: int = 12) -> list[PythonTime]:
+    """One run of ``step`` under ``cProfile``: its ``top`` functions by self time. ``cProfile``
+    sees the calling thread only: a CUDA backward runs in autograd's device thread and shows as
+    one ``run_backward`` call (:func:`host_operators` has its operators)."""
+    profiler = cProfile.Profile()
+    sync(device)
+    profiler.runcall(step)
+    sync(device)
+    rows = []
+    for (path, line, function), (_, calls, self_s, cumulative_s, _) in pstats.Stats(profiler).stats.items():
+        name = function if path == "~" else f"{_short_path(path)}:{line}({function})"
+        rows.append(PythonTime(name, calls, 1e3 * self_s, 1e3 * cumulative_s))
+    return sorted(rows, key=lambda r: r.self_ms, reverse=True)[:top]
+
+
 @dataclass(frozen=True)
 class HostTime:
     """The host's side of a step. ``ms``: from the step's call, the device idle, until the call
@@ -72,12 +131,16 @@ class HostTime:
     well below it where the device does (unless the host waits, which ``syncs`` tells).
     ``syncs``: the synchronizing calls in one step as ``torch.cuda.set_sync_debug_mode`` reports
     them (None off CUDA), ``first_sync`` the first one's message; ``runtime``: the CUDA runtime
-    and driver calls by host time in the profiled step (:func:`runtime_calls`; none off CUDA)."""
+    and driver calls by host time in the profiled step (:func:`runtime_calls`; none off CUDA);
+    ``operators``: the profiled step's other host rows by self time (:func:`host_operators`);
+    ``python``: one more step's Python functions by self time (:func:`python_functions`)."""
 
     ms: float
     syncs: int | None
     first_sync: str
     runtime: list[KernelTime]
+    operators: list[KernelTime]
+    python: list[PythonTime]
 
 
 def count_syncs(step: Callable[[], None], device: torch.device) -> tuple[int | None, str]:
@@ -111,15 +174,17 @@ class StepProfile:
 
 def profile_step(label: str, step: Callable[[], None], device: torch.device, warmup: int, timed: int,
                  top: int = 12) -> StepProfile:
-    """Time ``step`` (``warmup`` then ``timed`` runs) and its host side (``timed`` runs, then one
-    counting synchronizations), then profile one more run of it."""
+    """Time ``step`` (``warmup`` then ``timed`` runs) and its host side (``timed`` runs, one
+    counting synchronizations, one under ``cProfile``), then profile one more run of it."""
     seconds = median_seconds(step, device, warmup, timed)
     host = median_seconds(step, device, 0, timed, wait=False)
     syncs, first_sync = count_syncs(step, device)
+    python = python_functions(step, device, top)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         step()
         sync(device)
     events = prof.key_averages()
     return StepProfile(label, 1e3 * seconds, summarize(events, 1, device.type, top),
-                       HostTime(1e3 * host, syncs, first_sync, runtime_calls(events, 1)))
+                       HostTime(1e3 * host, syncs, first_sync, runtime_calls(events, 1),
+                                host_operators(events, 1, top), python))
