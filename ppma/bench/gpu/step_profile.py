@@ -42,13 +42,16 @@ class StepSummary:
 
 
 def summarize(events: Iterable, steps: int, device_type: str, top: int = 12) -> StepSummary:
-    """Summarise ``prof.key_averages()`` rows (``key``, ``count``, ``device_type`` and
-    ``self_device_time_total`` / ``self_cpu_time_total`` in microseconds) recorded over ``steps``
-    steps on ``device_type`` (``'cuda'``: device activities; ``'cpu'``: ``aten::`` operators)."""
+    """Summarise ``prof.key_averages()`` rows (``key``, ``count``, ``device_type``,
+    ``is_user_annotation`` and ``self_device_time_total`` / ``self_cpu_time_total`` in
+    microseconds) recorded over ``steps`` steps on ``device_type`` (``'cuda'``: device activities
+    but the ranges that ``record_function`` marks on the device's timeline, e.g. the optimizer's
+    ``Optimizer.step#AdamW.step``, whose time is its kernels' again; ``'cpu'``: ``aten::`` operators)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if device_type == "cuda":
-        rows = [(e.key, e.count, e.self_device_time_total) for e in events if e.device_type == DeviceType.CUDA]
+        rows = [(e.key, e.count, e.self_device_time_total) for e in events
+                if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
     elif device_type == "cpu":
         rows = [(e.key, e.count, e.self_cpu_time_total) for e in events
                 if e.device_type == DeviceType.CPU and e.key.startswith("aten::")]
