@@ -32,8 +32,15 @@ def block_ptrs(ptr, line, chan, D1, D2, D3, s0, s1, s2, s3, sc):
 
 
 def pow2(v: int) -> int:
-    """The smallest power of two >= ``max(v, 1)``."""
-    return triton.next_power_of_2(max(int(v), 1))
+    """The smallest power of two >= ``max(v, 1)``. Plain integer arithmetic for the launchers:
+    ``triton.next_power_of_2`` and ``triton.cdiv`` are constexpr functions, about 2 us a call on
+    the host."""
+    return 1 << (max(int(v), 1) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` of integers (``triton.cdiv`` on the host, without its constexpr wrapper)."""
+    return -(-a // b)
 
 
 def accumulation_dtype(t: torch.Tensor) -> torch.dtype:

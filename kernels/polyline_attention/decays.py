@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
+from ..common.strided import cdiv
 
 # Tiny fp32 tiles (a few hundred kB per launch at PPMA-T's shapes): one configuration.
 CONFIGS = [triton.Config({"BLOCK_L": 32, "BLOCK_S": 32}, num_warps=4, num_stages=1)]
@@ -95,7 +96,7 @@ def _planes(log_alpha, log_gamma):
 def _launch(kernel, planes, frames, height, width, *args):
     """``kernel`` over every line of every plane; ``args`` end with ``total``, the values per plane."""
     total, shortest = args[-1], min((width, height, frames)[:planes])
-    kernel[lambda meta: (triton.cdiv(total // shortest, meta["BLOCK_L"]), planes)](
+    kernel[lambda meta: (cdiv(total // shortest, meta["BLOCK_L"]), planes)](
         *args[:-1], frames, height, width, total)
 
 

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
+from ..common.strided import cdiv
 from .launch import channel_blocks, head_bucket, precision
 from .vanilla import _sign
 from .whole_line import _load_rows, _store_rows, _strides, _tokens
@@ -248,7 +249,7 @@ def _launch(q, v, n, form):
 def apply_fwd(q, k, y, log_decay, out, n, inner, form, scale=1.0, accumulate=False):
     """:func:`.whole_line.apply_fwd` on lines of any length."""
     lines, (n, image_lines, *sizes), consts = _launch(q, y, n, form)
-    _line_fwd_kernel[lambda meta: (lines, triton.cdiv(n, meta["BLOCK_M"]))](
+    _line_fwd_kernel[lambda meta: (lines, cdiv(n, meta["BLOCK_M"]))](
         q, k, y, log_decay, out, n, inner, image_lines, *sizes, *_strides(q, k, y), float(scale), int(accumulate),
         **consts)
 
@@ -259,7 +260,7 @@ def apply_bwd(q, k, y, log_decay, grad, dq, dk, dy, dlog_decay, n, inner, form, 
     lines, (n, image_lines, *sizes), consts = _launch(q, y, n, form)
     lse, delta, dg_query = (torch.empty(log_decay.shape, dtype=torch.float32, device=q.device) for _ in range(3))
     strides = _strides(q, k, y, grad)
-    _line_bwd_query_kernel[lambda meta: (lines, triton.cdiv(n, meta["BLOCK_M"]))](
+    _line_bwd_query_kernel[lambda meta: (lines, cdiv(n, meta["BLOCK_M"]))](
         q, k, y, log_decay, grad, dq, lse, delta, dg_query, n, inner, image_lines, *sizes, *strides, float(scale),
         int(accumulate_qk), **consts)
     _line_bwd_key_kernel[(lines,)](

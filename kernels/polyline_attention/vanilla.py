@@ -64,6 +64,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
+from ..common.strided import cdiv
 from .decays import cumulative_decays, decay_gradients
 from .launch import channel_blocks, head_bucket, precision
 
@@ -109,7 +110,7 @@ def columns(width: int, backward: bool, fp32: bool = False, head: int = 32) -> i
     32 forward; 16 backward, for ``fp32`` inputs and for head-dim blocks ``head`` above 32, whose
     32-column tiles spilled) the one that pads the rows least, the wider on a tie."""
     offered = BWD_COLS if backward or fp32 or head > 32 else FWD_COLS
-    return min(offered, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
+    return min(offered, key=lambda cols: (cdiv(width, cols) * cols, -cols))
 
 
 def _variant(args) -> str:
@@ -120,7 +121,7 @@ def _variant(args) -> str:
 
 def _tiles(meta, frames, height, width, cols):
     """Fixed tiles of one ``(B, head)``: frames x row blocks x column blocks."""
-    return frames * triton.cdiv(height, meta["BLOCK"] // cols) * triton.cdiv(width, cols)
+    return frames * cdiv(height, meta["BLOCK"] // cols) * cdiv(width, cols)
 
 
 @triton.jit
@@ -740,7 +741,7 @@ def _softmax_stats(do, out, residuals, form):
     bsz, heads, n, dv = outf.shape
     stats = torch.empty(4, bsz * heads, n, dtype=torch.float32, device=out.device)
     lse, o_v2h = residuals[0], residuals[-1]  # the paper form's O1 is its LSE, unread
-    _softmax_stats_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), bsz * heads)](
+    _softmax_stats_kernel[lambda meta: (cdiv(n, meta["BLOCK_N"]), bsz * heads)](
         dof, outf, o_v2h, lse, stats, *dof.stride()[:3], *outf.stride()[:3], heads, n, dv,
         PAPER=form == "paper", **_stats_tile(dv))
     return stats
@@ -767,7 +768,7 @@ def linear_attention_quadratic_bwd(grad, num, q, k, v, log_alpha, log_beta, log_
     num = num.reshape(bh, n, dv + 1).contiguous()
     do = torch.empty(*v.shape[:2], n, dv, dtype=v.dtype, device=v.device)
     stats = torch.empty(4, bh, n, dtype=torch.float32, device=num.device)
-    _linear_stats_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), bh)](
+    _linear_stats_kernel[lambda meta: (cdiv(n, meta["BLOCK_N"]), bh)](
         gradf, num, do, stats, *gradf.stride()[:3], v.shape[1], n, dv, float(eps), **_stats_tile(dv))
     return _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, True, True)
 
@@ -783,7 +784,7 @@ def _backward(do, stats, q, k, v, log_alpha, log_beta, log_gamma, paper: bool, l
     dq = torch.empty(bsz, heads, n, d, dtype=q.dtype, device=q.device)
     dk = torch.empty(bsz, heads, n, d, dtype=k.dtype, device=q.device)
     dvv = torch.empty(bsz, heads, n, dv, dtype=v.dtype, device=q.device)
-    slots = 2 + triton.cdiv(width, consts["COLS"])  # each pass's: own tokens, 3-D atomic terms, column blocks
+    slots = 2 + cdiv(width, consts["COLS"])  # each pass's: own tokens, 3-D atomic terms, column blocks
     dg = torch.zeros(2 * slots, 3, bsz * heads, n, dtype=torch.float32, device=q.device)
     grid = lambda meta: (_tiles(meta, frames, height, width, consts["COLS"]), bsz * heads)  # noqa: E731
     strides = (*qf.stride()[:3], *kf.stride()[:3], *vf.stride()[:3], *dof.stride()[:3])

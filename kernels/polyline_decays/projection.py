@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
+from ..common.strided import cdiv, pow2
 
 # Elements of the (BLOCK_T, heads, d) tile of x a program holds: 4,096 forward (32 fp32 values a
 # thread on 4 warps); 2,048 backward, which also holds dx and the products for dW.
@@ -117,19 +118,19 @@ def _backward_kernel(X, W, DT, ALOG, G, DX, PARTIAL, N, HEADS, D, AXES, ACC: tl.
 
 def block_tokens(tile: int, heads: int, d: int) -> int:
     """``BLOCK_T``: the tokens of a tile of ``tile`` elements, heads and head dim each padded to a power of two."""
-    return max(1, tile // (triton.next_power_of_2(heads) * triton.next_power_of_2(d)))
+    return max(1, tile // (pow2(heads) * pow2(d)))
 
 
 def _shape(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, tile: int) -> dict:
     """The launch's sizes and constexprs (``x`` ``(B, *grid, C)``)."""
     heads, (axes, d) = dt_bias.shape[0], weight.shape
-    return dict(HEADS=heads, D=d, AXES=axes, HP=triton.next_power_of_2(heads),
-                DP=triton.next_power_of_2(d), BLOCK_T=block_tokens(tile, heads, d),
+    return dict(HEADS=heads, D=d, AXES=axes, HP=pow2(heads),
+                DP=pow2(d), BLOCK_T=block_tokens(tile, heads, d),
                 ACC=tl.float64 if x.dtype == torch.float64 else tl.float32)
 
 
 def _grid(batch: int, tokens: int):
-    return lambda meta: (triton.cdiv(tokens, meta["BLOCK_T"]), batch)
+    return lambda meta: (cdiv(tokens, meta["BLOCK_T"]), batch)
 
 
 def forward(x: torch.Tensor, weight: torch.Tensor, dt_bias: torch.Tensor, A_log: torch.Tensor) -> torch.Tensor:
@@ -149,7 +150,7 @@ def backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, dt_bias:
     shape, batch, tokens = _shape(x, weight, dt_bias, BACKWARD_TILE), x.shape[0], math.prod(x.shape[1:-1])
     x = x.contiguous()
     dx = torch.empty_like(x)
-    blocks = triton.cdiv(tokens, shape["BLOCK_T"])
+    blocks = cdiv(tokens, shape["BLOCK_T"])
     width = shape["AXES"] * shape["D"] + 2 * shape["HEADS"]
     partial = torch.empty(batch * blocks, width, device=x.device, dtype=torch.float64 if x.dtype == torch.float64
                           else torch.float32)
@@ -167,7 +168,7 @@ def compile_cases() -> list[tuning.CompileCase]:
     cases = []
     for dtype in ("fp32", "bf16", "fp16"):
         for heads, d in ((4, 16), (4, 32), (8, 32), (16, 32), (8, 64)):
-            pads = dict(ACC=tl.float32, HP=triton.next_power_of_2(heads), DP=triton.next_power_of_2(d))
+            pads = dict(ACC=tl.float32, HP=pow2(heads), DP=pow2(d))
             params = {"X": f"*{dtype}", "W": "*fp32", "DT": "*fp32", "ALOG": "*fp32", "OUT": "*fp32"}
             cases += tuning.cases_of(_forward_kernel, tuning.signature(_forward_kernel, params),
                                      {**pads, "BLOCK_T": block_tokens(FORWARD_TILE, heads, d)}, fp16_as_bf16=True)

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
-from ..common.strided import pow2
+from ..common.strided import cdiv, pow2
 
 # Query tiles (intra-strip) and key tiles (edge states) of BLOCK tokens: the autotuner's choice,
 # the interpreter runs the first. Accumulators (BLOCK x dv fp32) and the score tile live in
@@ -75,7 +75,7 @@ def columns(width: int, dtype: torch.dtype) -> int:
     tie); fp32 inputs: the narrowest (the wider spill there)."""
     if dtype == torch.float32:
         return TILE_COLS[0]
-    return min(TILE_COLS, key=lambda cols: (triton.cdiv(width, cols) * cols, -cols))
+    return min(TILE_COLS, key=lambda cols: (cdiv(width, cols) * cols, -cols))
 
 
 def _fp32_first(configs, nargs, **launch):
@@ -282,13 +282,13 @@ def _path_numerator(q, k, v, ga, gb, strip: int | None) -> torch.Tensor:
     sizes = (heads, height, width, d, dv)
     cols = columns(width, q.dtype)
     num = torch.empty(bsz * heads, height, width, dv + 1, dtype=torch.float32, device=q.device)
-    _intra_kernel[lambda meta: (triton.cdiv(height, meta["BLOCK"] // cols) * triton.cdiv(width, cols), bsz * heads)](
+    _intra_kernel[lambda meta: (cdiv(height, meta["BLOCK"] // cols) * cdiv(width, cols), bsz * heads)](
         q, k, v, ga, gb, num, *strides, *sizes, COLS=cols, **consts)
-    strips = triton.cdiv(height, strip)
+    strips = cdiv(height, strip)
     if strips == 1:
         return num
     edges = torch.empty(2, bsz * heads, strips, width, d, dv + 1, dtype=torch.float32, device=q.device)
-    edge_grid = lambda meta: (strips * triton.cdiv(width, -(-meta["STATE_ROWS"] // consts["BLOCK_D"])), bsz * heads)  # noqa: E731
+    edge_grid = lambda meta: (strips * cdiv(width, -(-meta["STATE_ROWS"] // consts["BLOCK_D"])), bsz * heads)  # noqa: E731
     _edge_kernel[edge_grid](k, v, ga, gb, edges, *strides[4:], *sizes, **consts)
     return num + strip_states(q.flatten(0, 1), edges, gb, strip)
 

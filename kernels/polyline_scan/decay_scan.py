@@ -27,7 +27,7 @@ import triton.language as tl
 
 from ..common import tuning
 from ..common.runtime import interpreted
-from ..common.strided import accumulation_dtype, block_ptrs, line_offsets, pow2, tl_dtype
+from ..common.strided import accumulation_dtype, block_ptrs, cdiv, line_offsets, pow2, tl_dtype
 
 # Launch heuristics. GPU: 512-element (lines x channels) blocks, fewer lines per program when that
 # leaves too few programs to keep the GPU busy; the autotuner picks the warps (CONFIGS; registers
@@ -171,7 +171,7 @@ def _blocks(n_lines: int, C: int) -> tuple[int, int]:
         return min(pow2(n_lines), INTERPRET_BLOCK // block_c), block_c
     block_c = min(pow2(C), 64)
     block_l = min(pow2(n_lines), GPU_BLOCK // block_c)
-    while block_l > 1 and triton.cdiv(n_lines, block_l) * triton.cdiv(C, block_c) < GPU_MIN_PROGRAMS:
+    while block_l > 1 and cdiv(n_lines, block_l) * cdiv(C, block_c) < GPU_MIN_PROGRAMS:
         block_l //= 2
     return block_l, block_c
 
@@ -234,7 +234,7 @@ def decay_scan_fwd(
     h = y if out_dtype == acc else _buffer(y, acc)
     base = y if base is None else base
     block_l, block_c = _blocks(lines.n_lines, lines.C)
-    grid = (triton.cdiv(lines.n_lines, block_l), triton.cdiv(lines.C, block_c))
+    grid = (cdiv(lines.n_lines, block_l), cdiv(lines.C, block_c))
     if u.numel() == 0:  # no batch or no channels: nothing to launch
         return y
     _decay_scan_fwd_kernel[grid](
@@ -268,9 +268,9 @@ def decay_scan_bwd(
     gp = gu if out_dtype == acc else _buffer(gu, acc)
     base = gu if base is None else base
     block_l, block_c = _blocks(lines.n_lines, lines.C)
-    n_cblocks = triton.cdiv(lines.C, block_c)
+    n_cblocks = cdiv(lines.C, block_c)
     partial = _buffer(gu, acc, (n_cblocks, lines.n_lines, lines.n))
-    grid = (triton.cdiv(lines.n_lines, block_l), n_cblocks)
+    grid = (cdiv(lines.n_lines, block_l), n_cblocks)
     if grad.numel() == 0:  # no batch or no channels: zero decay gradients
         return gu, lines.unflatten_grad(partial, log_decay)
     _decay_scan_bwd_kernel[grid](

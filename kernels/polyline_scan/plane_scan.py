@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ..common import tuning
 from ..common.runtime import interpreted
-from ..common.strided import accumulation_dtype, pow2, tl_dtype
+from ..common.strided import accumulation_dtype, cdiv, pow2, tl_dtype
 from . import decay_scan
 
 # Most tokens (frames x row tokens, each padded to a power of two) a tile row holds.
@@ -487,7 +487,7 @@ def _decay_args(log_alpha, log_beta, log_gamma):
 
 def _scratch_elements(configs, planes: int, T: int, H: int, W: int, C: int, quantities: int) -> int:
     """Carried-state elements that any of ``configs`` may store."""
-    per_state = max(triton.cdiv(H, c.kwargs["TILE_H"]) * triton.cdiv(C, c.kwargs["BLOCK_C"]) * c.kwargs["BLOCK_C"]
+    per_state = max(cdiv(H, c.kwargs["TILE_H"]) * cdiv(C, c.kwargs["BLOCK_C"]) * c.kwargs["BLOCK_C"]
                     for c in configs)
     return planes * quantities * pow2(T) * pow2(W) * per_state
 
@@ -509,7 +509,7 @@ def forward(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor, or
     decays, decay_strides = _decay_args(*decays[:2], decays[2] if len(decays) == 3 else None)
 
     def grid(meta):
-        return triton.cdiv(C, meta["BLOCK_C"]), batch * heads
+        return cdiv(C, meta["BLOCK_C"]), batch * heads
 
     _plane_fwd_kernel[grid](
         x6, *decays, y6, carry, heads, T, H, W, C, *x6.stride(), *decay_strides, *y6.stride(),
@@ -532,20 +532,20 @@ def decay_grads(x: torch.Tensor, grad: torch.Tensor, log_alpha: torch.Tensor, lo
     batch, heads, T, H, W, C = x6.shape
     acc = accumulation_dtype(x)
     configs = _launchable(_plane_bwd_kernel, BWD_ELEMENTS_PER_THREAD, pow2(T), pow2(W), C)
-    n_cblocks = max(triton.cdiv(C, c.kwargs["BLOCK_C"]) for c in configs)
+    n_cblocks = max(cdiv(C, c.kwargs["BLOCK_C"]) for c in configs)
     partial = [decay_scan._buffer(x, acc, (n_cblocks, batch * heads, T, H, W)) for _ in given[:3 if T > 1 else 2]]
     carry = decay_scan._buffer(x, acc, (_scratch_elements(configs, batch * heads, T, H, W, C, 2 * (v2h + h2v)),))
     decays, decay_strides = _decay_args(*decays[:2], decays[2] if len(decays) == 3 else None)
 
     def grid(meta):
-        return triton.cdiv(C, meta["BLOCK_C"]), batch * heads
+        return cdiv(C, meta["BLOCK_C"]), batch * heads
 
     _plane_bwd_kernel[grid](
         x6, g6, *decays, *partial, *partial[:3 - len(partial)], carry, heads, T, H, W, C, *x6.stride(), *g6.stride(), *decay_strides,
         V2H=v2h, H2V=h2v, ACC=tl_dtype(acc), BLOCK_T=pow2(T), BLOCK_W=pow2(W),
         INTERPRET=interpreted(),
     )
-    used = triton.cdiv(C, _plane_bwd_kernel.best_config.kwargs["BLOCK_C"])
+    used = cdiv(C, _plane_bwd_kernel.best_config.kwargs["BLOCK_C"])
     sums = [torch.empty_like(d).copy_(p[:used].sum(0).view(d.shape)) for p, d in zip(partial, given)]
     return (*sums, *[torch.zeros_like(d) for d in given[len(sums):]])  # one frame: no frame decay is used
 

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
+from ..common.strided import cdiv, pow2
 
 # (BLOCK_N tokens x d/2 pairs) a program: 2,048 pairs, two fp32 tiles of 16 values a thread on 4 warps.
 PAIRS = 2048
@@ -75,9 +76,9 @@ def rotate(q: torch.Tensor, k: torch.Tensor, rotation: torch.Tensor, k_scale: fl
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     half = d // 2
-    block_m = triton.next_power_of_2(half)
+    block_m = pow2(half)
     block_n = max(1, PAIRS // block_m)
-    _rotate_kernel[(triton.cdiv(tokens, block_n), batch * heads, 2)](
+    _rotate_kernel[(cdiv(tokens, block_n), batch * heads, 2)](
         qf, kf, q_out, k_out, rotation.contiguous(), tokens, heads, *qf.stride()[:3], *kf.stride()[:3], k_scale, half,
         ACC=tl.float64 if q.dtype == torch.float64 else tl.float32, SIGN=sign, BLOCK_N=block_n, BLOCK_M=block_m)
     return q_out, k_out
@@ -101,7 +102,7 @@ def compile_cases() -> list[tuning.CompileCase]:
     cases = []
     for dtype in ("fp32", "bf16", "fp16"):
         for d in (16, 32, 64):
-            block_m = triton.next_power_of_2(d // 2)
+            block_m = pow2(d // 2)
             for sign in (1, -1):
                 pointers = {"Q": f"*{dtype}", "K": f"*{dtype}", "QO": f"*{dtype}", "KO": f"*{dtype}", "ROT": "*fp32"}
                 signature = {**tuning.signature(_rotate_kernel, pointers), "k_scale": "fp32"}

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
-from ..common.strided import pow2
+from ..common.strided import cdiv, pow2
 
 # Time steps x states of one channel in a tile (the registers one channel's arrays take).
 TILE_ELEMENTS = 2048
@@ -320,13 +320,13 @@ def tile_length(length: int, n_state: int, elements: int = TILE_ELEMENTS) -> int
     plus a tile's fixed cost and state traffic (a state saved, carried and summed per tile)."""
     cap = min(max(elements // pow2(n_state), 1), pow2(length))
     candidates = [cap >> i for i in range(4) if cap >> i]
-    return min(candidates, key=lambda t: (triton.cdiv(length, t) * (t + 32 + 16 * n_state), -t))
+    return min(candidates, key=lambda t: (cdiv(length, t) * (t + 32 + 16 * n_state), -t))
 
 
 def tile_states_shape(u_shape: tuple[int, int, int], n_state: int, tile: int | None = None) -> tuple[int, ...]:
     """Shape of the forward's tile-start states for ``u`` ``(batch, dim, L)``: ``(batch, dim, n_tiles, N)``."""
     batch, dim, length = u_shape
-    return batch, dim, triton.cdiv(length, tile or tile_length(length, n_state)), n_state
+    return batch, dim, cdiv(length, tile or tile_length(length, n_state)), n_state
 
 
 class Strides(NamedTuple):
@@ -371,7 +371,7 @@ class Problem:
         self.n_state = A.shape[1]
         self.dpg = self.dim // self.groups
         self.block_t = tile or tile_length(self.length, self.n_state)
-        self.n_tiles = triton.cdiv(self.length, self.block_t)
+        self.n_tiles = cdiv(self.length, self.block_t)
         D, delta_bias = (t.contiguous() if t is not None else None for t in (D, delta_bias))
         # An absent optional input is passed as u: the kernels never read it (HAS_* flags).
         self.tensors = [u, delta, A.contiguous(), B, C, *(t if t is not None else u for t in (D, z, delta_bias))]
@@ -392,8 +392,8 @@ class Problem:
 def slice_length(batch: int, groups: int, dpg: int) -> int:
     """Channels per backward slice: enough slices for :data:`BWD_PROGRAMS` programs, each a
     multiple of :data:`SLICE_MULTIPLE` channels."""
-    slices = triton.cdiv(BWD_PROGRAMS, batch * groups)
-    return triton.cdiv(triton.cdiv(dpg, slices), SLICE_MULTIPLE) * SLICE_MULTIPLE
+    slices = cdiv(BWD_PROGRAMS, batch * groups)
+    return cdiv(cdiv(dpg, slices), SLICE_MULTIPLE) * SLICE_MULTIPLE
 
 
 def launch_forward(p: Problem, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -401,7 +401,7 @@ def launch_forward(p: Problem, y: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     last, tile_states = p.states(p.n_state), p.states(p.n_tiles, p.n_state)
 
     def grid(meta):
-        return p.batch * p.groups, triton.cdiv(p.dpg, meta["BLOCK_D"])
+        return p.batch * p.groups, cdiv(p.dpg, meta["BLOCK_D"])
 
     _selective_scan_fwd_kernel[grid](*p.tensors, y, last, tile_states, *p.sizes, *p.strides, **p.flags)
     return last, tile_states
@@ -412,7 +412,7 @@ def launch_backward(p: Problem, grad_y, grad_last, tile_states, gu, gdelta, gz):
     returns the fp32 sums ``(dA (dim, N), dB, dC (batch, G, N, L) by position, dD, d delta_bias
     (dim,))``, added over batch, tiles and channel slices in a fixed order."""
     slice_len = slice_length(p.batch, p.groups, p.dpg)
-    n_slices = triton.cdiv(p.dpg, slice_len)
+    n_slices = cdiv(p.dpg, slice_len)
     gB = torch.empty(p.batch, p.groups, n_slices, p.n_state, p.length, dtype=torch.float32, device=p.device)
     gC = torch.empty_like(gB)
     gA = p.states(p.n_tiles, p.n_state)
@@ -488,13 +488,13 @@ def modelled_bytes(batch: int, dim: int, n_state: int, length: int, groups: int,
     seq = batch * dim * length * itemsize
     bc = 2 * batch * groups * n_state * length * itemsize  # B and C
     inputs = (3 if has_z else 2) * seq + bc  # u, delta (z), B, C
-    n_tiles = triton.cdiv(length, tile_length(length, n_state))
+    n_tiles = cdiv(length, tile_length(length, n_state))
     states = 4 * batch * dim * (n_tiles + 1) * n_state
     minimum = inputs + seq
     triton_bytes = minimum + states
     if backward:
         minimum += 2 * inputs + seq  # inputs and dy read, their gradients written
-        n_slices = triton.cdiv(dim // groups, slice_length(batch, groups, dim // groups))
+        n_slices = cdiv(dim // groups, slice_length(batch, groups, dim // groups))
         partials = 2 * 4 * batch * groups * n_slices * n_state * length
         tile_sums = 4 * batch * dim * n_tiles * (n_state + 2)
         carries = 2 * 4 * batch * dim * n_state * n_tiles
