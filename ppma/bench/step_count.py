@@ -21,6 +21,7 @@ import threading
 
 import torch
 from torch import nn
+from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # The copies of the issue's count: explicit copies, ``.contiguous()`` / ``.clone()``, dtype and
@@ -96,23 +97,32 @@ class OpCounter(TorchDispatchMode):
 
 
 LOSS_OUTPUTS = ("last", "all")
+#: the ranges a training step marks for profilers (``torch.profiler.record_function``): its forward
+#: (the loss included), its backward, its update (the gradients cleared included)
+STEP_PHASES = ("step: forward", "step: backward", "step: optimizer")
 
 
 def training_step(model: nn.Module, x: torch.Tensor, optimizer: torch.optim.Optimizer,
-                  autocast: torch.dtype | None = None, outputs: str = "last") -> None:
+                  autocast: torch.dtype | None = None, outputs: str = "last", phases: bool = False) -> None:
     """One step: mean of the fp32 outputs as the loss, backward, update, gradients cleared.
 
     ``outputs``, for a model with several (``features_only``): ``'last'``, the last map's mean;
-    ``'all'``, the mean of every map's elements together."""
+    ``'all'``, the mean of every map's elements together. ``phases``: each part in its range of
+    :data:`STEP_PHASES`, for a profiler (off where ops are counted: a range is two ops more)."""
     if outputs not in LOSS_OUTPUTS:
         raise ValueError(f"outputs={outputs!r} is not one of {LOSS_OUTPUTS}")
-    with torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
-        out = model(x)
-    if isinstance(out, (tuple, list)):
-        out = out[-1] if outputs == "last" else torch.cat([o.float().flatten() for o in out])
-    out.float().mean().backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    forward, backward, update = (record_function(name) if phases else contextlib.nullcontext() for name in STEP_PHASES)
+    with forward:
+        with torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
+            out = model(x)
+        if isinstance(out, (tuple, list)):
+            out = out[-1] if outputs == "last" else torch.cat([o.float().flatten() for o in out])
+        loss = out.float().mean()
+    with backward:
+        loss.backward()
+    with update:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
 
 def add_step_arguments(parser: argparse.ArgumentParser) -> None:

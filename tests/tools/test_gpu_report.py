@@ -19,7 +19,14 @@ from ppma.bench.gpu.budget import Budget, Deadline, SectionTimeout, time_limit
 from ppma.bench.gpu.correctness import Errors, Row, Run, compare, relative_error
 from ppma.bench.gpu.gpu_report import QUICK_PRESETS, main
 from ppma.bench.gpu.official import official_models
-from ppma.bench.gpu.step_profile import count_syncs, host_operators, python_functions, runtime_calls, summarize
+from ppma.bench.gpu.step_profile import (
+    count_syncs,
+    host_operators,
+    host_phases,
+    python_functions,
+    runtime_calls,
+    summarize,
+)
 from ppma.kernels.common.timing import median_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +90,10 @@ def test_quick_report_on_the_cpu_end_to_end(tmp_path):
         assert 1 <= len(top) <= 12 and all(r[0].startswith("`aten::") and int(r[1]) >= 1 for r in top)
         assert [float(r[2]) for r in top] == sorted((float(r[2]) for r in top), reverse=True)
         section = text.split(f"### {preset} ({what})", 1)[1].split("\n### ", 1)[0]
+        phases = re.search(r"^Host ms of the profiled step by part: forward ([\d.]+), backward ([\d.]+), "
+                           r"optimizer ([\d.]+)\.$", section, re.MULTILINE)
+        assert (phases is not None) == what.startswith("training"), section[:300]
+        assert phases is None or all(float(v) > 0 for v in phases.groups())
         operators = table(section, "| host operator |")
         assert 1 <= len(operators) <= 12 and all(float(r[2]) >= 0 for r in operators)
         functions = table(section, "| Python function |")
@@ -174,7 +185,7 @@ def test_tolerances():
 
 def event(key, count, device_us=0.0, cpu_us=0.0, device=DeviceType.CUDA, annotation=False):
     return SimpleNamespace(key=key, count=count, self_device_time_total=device_us, self_cpu_time_total=cpu_us,
-                           device_type=device, is_user_annotation=annotation)
+                           cpu_time_total=cpu_us, device_type=device, is_user_annotation=annotation)
 
 
 def test_profiler_summary():
@@ -216,6 +227,17 @@ def test_host_operators_are_the_host_rows_but_the_runtime_calls():
               event("cutlass_gemm", 4, 3000.0)]
     rows = host_operators(events, steps=2, top=2)
     assert [(k.name, k.calls, k.ms) for k in rows] == [("ppma_rotary_qk", 1, 1.5), ("aten::mm", 2, 0.45)]
+
+
+def test_host_phases_are_a_training_steps_ranges_in_order():
+    events = [event("step: backward", 1, cpu_us=9000.0, device=DeviceType.CPU),
+              event("step: backward", 1, 4000.0, annotation=True),  # its range on the device's timeline
+              event("step: forward", 1, cpu_us=5000.0, device=DeviceType.CPU),
+              event("step: optimizer", 1, cpu_us=1000.0, device=DeviceType.CPU),
+              event("aten::mm", 4, cpu_us=900.0, device=DeviceType.CPU)]
+    assert [(k.name, k.ms) for k in host_phases(events, steps=1)] == [
+        ("step: forward", 5.0), ("step: backward", 9.0), ("step: optimizer", 1.0)]
+    assert host_phases(events[-1:], steps=1) == []
 
 
 def _busy(n):

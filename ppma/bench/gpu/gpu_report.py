@@ -340,7 +340,8 @@ def render_profiles(section: Section, s: Settings) -> list[str]:
               "unprofiled; the host's time (`host`: from the call, the device idle, until the step returns, "
               "not waiting for the device: near the step's time where the launches bound it) and the "
               "synchronizing calls of one step (`torch.cuda.set_sync_debug_mode`); then one step under "
-              f"`torch.profiler`: {unit} calls per step, their summed self time and the top {TOP_KERNELS} by "
+              f"`torch.profiler`: the host's milliseconds in a training step's forward (the loss included), "
+              f"backward and update, {unit} calls per step, their summed self time and the top {TOP_KERNELS} by "
               "self time, the CUDA runtime calls by host time (the profiled step ends with one "
               "`cudaDeviceSynchronize` of the report's own) and the step's other host operators by self "
               "host time (aten operators, autograd's nodes, the ops' autograd functions `ppma_<name>`: "
@@ -353,8 +354,11 @@ def render_profiles(section: Section, s: Settings) -> list[str]:
         m, h = p.summary, p.host
         syncs = "" if h.syncs is None else f", {h.syncs} synchronizing calls" + (f" ({h.first_sync})" if h.syncs else "")
         lines += ["", (f"### {p.model}: {fmt_number(p.step_ms)} ms, host {fmt_number(h.ms)} ms{syncs}, "
-                       f"{m.launches:.0f} {unit} calls, {fmt_number(m.kernel_ms)} ms of {unit} time"), "",
-                  f"| {unit} | calls | ms | share |", "|---|---:|---:|---:|"]
+                       f"{m.launches:.0f} {unit} calls, {fmt_number(m.kernel_ms)} ms of {unit} time"), ""]
+        if h.phases:
+            lines += ["Host ms of the profiled step by part: " + ", ".join(
+                f"{k.name.removeprefix('step: ')} {fmt_number(k.ms)}" for k in h.phases) + ".", ""]
+        lines += [f"| {unit} | calls | ms | share |", "|---|---:|---:|---:|"]
         lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} | "
                   f"{100 * k.ms / m.kernel_ms if m.kernel_ms > 0 else 0.0:.1f}% |" for k in m.top]
         if h.runtime:

@@ -22,6 +22,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from ppma.kernels.common.timing import median_seconds, sync
 
+from ..step_count import STEP_PHASES
+
 
 @dataclass(frozen=True)
 class KernelTime:
@@ -83,6 +85,15 @@ def host_operators(events: Iterable, steps: int, top: int = 12) -> list[KernelTi
     return sorted(rows, key=lambda k: k.ms, reverse=True)[:top]
 
 
+def host_phases(events: Iterable, steps: int) -> list[KernelTime]:
+    """The host milliseconds per step of the ranges a training step marks
+    (:data:`ppma.bench.step_count.STEP_PHASES`: forward, backward, update), in that order, their
+    operators included; none for a step without them."""
+    totals = {e.key: e for e in events if e.device_type == DeviceType.CPU and e.key in STEP_PHASES}
+    return [KernelTime(name, totals[name].count / steps, totals[name].cpu_time_total / steps / 1e3)
+            for name in STEP_PHASES if name in totals]
+
+
 @dataclass(frozen=True)
 class PythonTime:
     """One Python function (or built-in) in a ``cProfile`` run: ``name`` ``'path:line(function)'``
@@ -135,6 +146,7 @@ class HostTime:
     ``syncs``: the synchronizing calls in one step as ``torch.cuda.set_sync_debug_mode`` reports
     them (None off CUDA), ``first_sync`` the first one's message; ``runtime``: the CUDA runtime
     and driver calls by host time in the profiled step (:func:`runtime_calls`; none off CUDA);
+    ``phases``: the profiled training step's forward, backward and update (:func:`host_phases`);
     ``operators``: the profiled step's other host rows by self time (:func:`host_operators`);
     ``python``: one more step's Python functions by self time (:func:`python_functions`)."""
 
@@ -142,6 +154,7 @@ class HostTime:
     syncs: int | None
     first_sync: str
     runtime: list[KernelTime]
+    phases: list[KernelTime]
     operators: list[KernelTime]
     python: list[PythonTime]
 
@@ -189,5 +202,5 @@ def profile_step(label: str, step: Callable[[], None], device: torch.device, war
         sync(device)
     events = prof.key_averages()
     return StepProfile(label, 1e3 * seconds, summarize(events, 1, device.type, top),
-                       HostTime(1e3 * host, syncs, first_sync, runtime_calls(events, 1),
+                       HostTime(1e3 * host, syncs, first_sync, runtime_calls(events, 1), host_phases(events, 1),
                                 host_operators(events, 1, top), python))

@@ -41,9 +41,11 @@ def inference_step(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], None
 
 def training_step(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
     """One bf16-autocast training step of ``model`` on ``x`` (AdamW, loss: the mean of every
-    output, :func:`ppma.bench.step_count.training_step`)."""
+    output, :func:`ppma.bench.step_count.training_step`), its forward, backward and update marked
+    for the profiler (:data:`ppma.bench.step_count.STEP_PHASES`)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    return functools.partial(step_count.training_step, model, x, optimizer, torch.bfloat16, outputs="all")
+    return functools.partial(step_count.training_step, model, x, optimizer, torch.bfloat16, outputs="all",
+                             phases=True)
 
 
 def measure(step: Callable[[], None], device: torch.device, repeats: Repeats) -> tuple[float, float]:
