@@ -24,7 +24,7 @@ param_scheduler = [
 ]
 optim_wrapper = dict(
     type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=0.002, betas=(0.9, 0.999), weight_decay=0.05),
+    optimizer=dict(type='AdamW', lr=0.002, betas=(0.9, 0.999), weight_decay=0.05, fused=True),
     constructor='NoDecayOptimWrapperConstructor',  # no decay on the model's no_weight_decay()
     paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.0)}))
 

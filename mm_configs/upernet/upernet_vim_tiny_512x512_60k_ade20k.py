@@ -42,7 +42,7 @@ param_scheduler = [
 ]
 optim_wrapper = dict(
     type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=2e-4, betas=(0.9, 0.999), weight_decay=0.1),
+    optimizer=dict(type='AdamW', lr=2e-4, betas=(0.9, 0.999), weight_decay=0.1, fused=True),
     constructor='LayerDecayOptimWrapperConstructor',
     paramwise_cfg=dict(layer_decay_rate=0.92, flat_decay_mult=0.0))
 auto_scale_lr = dict(enable=False, base_batch_size=32)

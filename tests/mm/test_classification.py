@@ -151,7 +151,7 @@ def test_config_builds(path):
     name = NAME.fullmatch(path.stem)
     batch, optimizer = int(name["batch"]), cfg.optim_wrapper.optimizer
     assert preset == name["preset"] and 0.0 <= cfg.model.drop_path_rate < 1.0 and cfg.model.num_classes == 1000
-    assert optimizer.lr > 0 and optimizer.weight_decay > 0
+    assert optimizer.lr > 0 and optimizer.weight_decay > 0 and optimizer.get("fused") is True
     assert cfg.train_dataloader.batch_size == batch and cfg.auto_scale_lr.base_batch_size == int(name["gpus"]) * batch
     assert cfg.train_cfg.max_epochs == int(name["epochs"])
     assert cfg.param_scheduler[-1].eta_min == pytest.approx(optimizer.lr / 100)

@@ -79,6 +79,7 @@ def check_recipe(model, cfg, name):
     assert 0.0 <= cfg.model.backbone.drop_path_rate < 1.0
     optimizer = cfg.optim_wrapper.optimizer
     assert optimizer.type == "AdamW" and optimizer.lr > 0 and optimizer.weight_decay >= 0
+    assert optimizer.get("fused") is True  # one kernel a step for every parameter (docs/openmmlab.md)
     if name["det"]:
         epochs, milestones = SCHEDULES[name["schedule"]]
         assert cfg.train_cfg.max_epochs == epochs and cfg.param_scheduler[1].milestones == milestones

@@ -5,7 +5,7 @@
 optim_wrapper = dict(
     type='OptimWrapper',
     constructor='NoDecayOptimWrapperConstructor',  # no decay on the model's no_weight_decay()
-    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999)),
+    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999), fused=True),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0),
     clip_grad=dict(max_norm=5.0))
 param_scheduler = [

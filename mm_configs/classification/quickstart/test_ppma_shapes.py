@@ -13,7 +13,7 @@ max_epochs = 20
 optim_wrapper = dict(
     type='OptimWrapper',
     constructor='NoDecayOptimWrapperConstructor',  # no decay on the model's no_weight_decay()
-    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05),
+    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, fused=True),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0, flat_decay_mult=0.0))
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=True, begin=0, end=1, convert_to_iter_based=True),
