@@ -33,8 +33,8 @@ def block_ptrs(ptr, line, chan, D1, D2, D3, s0, s1, s2, s3, sc):
 
 def pow2(v: int) -> int:
     """The smallest power of two >= ``max(v, 1)``. Plain integer arithmetic for the launchers:
-    ``triton.next_power_of_2`` and ``triton.cdiv`` are constexpr functions, about 2 us a call on
-    the host."""
+    ``triton.next_power_of_2`` and ``triton.cdiv`` are constexpr functions, whose wrapper costs
+    the host far more than the arithmetic."""
     return 1 << (max(int(v), 1) - 1).bit_length()
 
 

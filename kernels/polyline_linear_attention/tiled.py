@@ -288,7 +288,7 @@ def _path_numerator(q, k, v, ga, gb, strip: int | None) -> torch.Tensor:
     if strips == 1:
         return num
     edges = torch.empty(2, bsz * heads, strips, width, d, dv + 1, dtype=torch.float32, device=q.device)
-    edge_grid = lambda meta: (strips * cdiv(width, -(-meta["STATE_ROWS"] // consts["BLOCK_D"])), bsz * heads)  # noqa: E731
+    edge_grid = lambda meta: (strips * cdiv(width, cdiv(meta["STATE_ROWS"], consts["BLOCK_D"])), bsz * heads)  # noqa: E731
     _edge_kernel[edge_grid](k, v, ga, gb, edges, *strides[4:], *sizes, **consts)
     return num + strip_states(q.flatten(0, 1), edges, gb, strip)
 

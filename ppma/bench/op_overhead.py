@@ -9,12 +9,11 @@ On tiny tensors the kernels cost little, so the difference is the dispatch: ``ro
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from unittest import mock
 
 import torch
 
+from ppma.kernels.common.timing import median_seconds
 from ppma.ops import registry, rotary_qk
 
 
@@ -43,14 +42,7 @@ def _calls(backend: str):
 
 
 def _median_us(call, repeats: int) -> float:
-    for _ in range(repeats // 10):
-        call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(times)
+    return 1e6 * median_seconds(call, torch.device("cpu"), repeats // 10, repeats)
 
 
 def measure(backend: str = "cpu", repeats: int = 2000) -> list[tuple[str, float, float]]:

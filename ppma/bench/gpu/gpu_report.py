@@ -362,13 +362,17 @@ def render_profiles(section: Section, s: Settings) -> list[str]:
         lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} | "
                   f"{100 * k.ms / m.kernel_ms if m.kernel_ms > 0 else 0.0:.1f}% |" for k in m.top]
         if h.runtime:
-            lines += ["", "| runtime call | calls | host ms |", "|---|---:|---:|"]
-            lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} |" for k in h.runtime]
-        lines += ["", "| host operator | calls | self host ms |", "|---|---:|---:|"]
-        lines += [f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} |" for k in h.operators]
+            lines += _host_table("runtime call", "host ms", h.runtime)
+        lines += _host_table("host operator", "self host ms", h.operators)
         lines += ["", "| Python function | calls | self ms | cumulative ms |", "|---|---:|---:|---:|"]
         lines += [f"| `{_cell(f.name)}` | {f.calls} | {f.self_ms:.3g} | {f.cumulative_ms:.3g} |" for f in h.python]
     return lines
+
+
+def _host_table(what: str, unit: str, rows) -> list[str]:
+    """A blank line and the table of ``rows`` (:class:`KernelTime`: name, calls, ms)."""
+    return ["", f"| {what} | calls | {unit} |", "|---|---:|---:|",
+            *(f"| `{_cell(k.name)}` | {k.calls:.0f} | {k.ms:.3g} |" for k in rows)]
 
 
 def _cell(name: str) -> str:

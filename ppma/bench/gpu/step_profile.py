@@ -69,9 +69,7 @@ def runtime_calls(events: Iterable, steps: int, top: int = 5) -> list[KernelTime
     """The CUDA runtime and driver calls among ``prof.key_averages()`` rows (host-side events named
     ``cuda*`` / ``cu*``: launches, copies, synchronizations) over ``steps`` steps, by their host
     milliseconds per step, the ``top`` first."""
-    rows = [KernelTime(e.key, e.count / steps, e.self_cpu_time_total / steps / 1e3) for e in events
-            if e.device_type == DeviceType.CPU and e.key.startswith("cu")]
-    return sorted(rows, key=lambda k: k.ms, reverse=True)[:top]
+    return _host_rows(events, steps, top, runtime=True)
 
 
 def host_operators(events: Iterable, steps: int, top: int = 12) -> list[KernelTime]:
@@ -80,8 +78,14 @@ def host_operators(events: Iterable, steps: int, top: int = 12) -> list[KernelTi
     optimizer's step; by their self host milliseconds per step over ``steps`` steps, the ``top``
     first. A row's self time is its own code's: Python included (an autograd function's), the
     operators it calls left out."""
+    return _host_rows(events, steps, top, runtime=False)
+
+
+def _host_rows(events: Iterable, steps: int, top: int, runtime: bool) -> list[KernelTime]:
+    """The host-side rows that are (``runtime``) or are not CUDA runtime and driver calls (keys
+    ``cu*``), by self host milliseconds per step, the ``top`` first."""
     rows = [KernelTime(e.key, e.count / steps, e.self_cpu_time_total / steps / 1e3) for e in events
-            if e.device_type == DeviceType.CPU and not e.key.startswith("cu")]
+            if e.device_type == DeviceType.CPU and e.key.startswith("cu") == runtime]
     return sorted(rows, key=lambda k: k.ms, reverse=True)[:top]
 
 
