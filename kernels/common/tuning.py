@@ -35,7 +35,8 @@ RESOURCES_PATH = Path(__file__).with_name("resources.json")
 KERNEL_MODULES = ("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line",
                   "polyline_attention.whole_line", "polyline_decays.projection", "rotary_qk.rotate",
                   "selective_scan.scan",
-                  "polyline_scan.decay_scan", "polyline_scan.plane_scan", "polyline_linear_attention.tiled")
+                  "polyline_scan.decay_scan", "polyline_scan.plane_scan", "polyline_linear_attention.tiled",
+                  "depthwise_conv.conv")
 
 TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 

@@ -5,7 +5,7 @@ import torch
 from timm.layers import DropPath, LayerScale, Mlp
 from torch import nn
 
-from .conv import GridDepthwiseConv, add_to_conv_output
+from .conv import GridDepthwiseConv
 from .ffn import ConvFFN
 
 
@@ -44,9 +44,9 @@ class MixerBlock(nn.Module):
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # the residuals of pos_conv (in CPU inference) and mlp are added into their fresh outputs
-        # (which their backward does not need); the mixer's output is any module's, so its sum is a new tensor
-        x = add_to_conv_output(self.pos_conv(x), x)
+        # the residuals of pos_conv (GridDepthwiseConv.plus_input) and mlp are added into their fresh
+        # outputs (which their backward does not need); the mixer's output is any module's, so its sum is a new tensor
+        x = self.pos_conv.plus_input(x)
         x = x + self.drop_path1(self.ls1(self.mixer(self.norm1(x))))
         return self.drop_path2(self.ls2(self.mlp(self.norm2(x)))).add_(x)
 

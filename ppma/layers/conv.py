@@ -4,6 +4,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ppma.ops import depthwise_conv, select_backend
+
+from .hooks import plain_modules
 from .paths import paths_for
 
 
@@ -13,6 +16,11 @@ class GridDepthwiseConv(nn.Conv2d):
     Forward: ``(B, H, W, C)`` -> ``(B, H, W, C)``; a 3-D grid ``(B, T, H, W, C)`` is convolved
     frame by frame with the same 2-D kernel (so 2-D weights carry over to 3-D models).
     Parameters are those of ``nn.Conv2d(C, C, k, padding=k // 2, groups=C)``.
+
+    Where autograd records or the tensors are on a GPU, and the op's backend is a kernel (a
+    Triton launch each way on a GPU), the conv is :func:`ppma.ops.depthwise_conv`; elsewhere (CPU
+    inference, ``PPMA_BACKEND=torch``) ``nn.Conv2d``'s on the channels-first view. The same
+    function either way.
     """
 
     def __init__(self, dim: int, kernel_size: int):
@@ -22,8 +30,25 @@ class GridDepthwiseConv(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         frames = x.flatten(0, -4)  # (B*T, H, W, C); a no-op for (B, H, W, C)
-        y = self._conv_forward(frames.permute(0, 3, 1, 2), self.weight, self.bias).permute(0, 2, 3, 1)
+        if _runs_kernel(x):
+            y = depthwise_conv(frames, self.weight, self.bias)
+        else:
+            y = self._conv_forward(frames.permute(0, 3, 1, 2), self.weight, self.bias).permute(0, 2, 3, 1)
         return y.reshape(x.shape)
+
+    def plus_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x + self(x)``, same shape: one op (its backward adds the residual's gradient itself)
+        where :meth:`forward` runs the kernel and no hook watches this module, else the module's
+        call and :func:`add_to_conv_output`."""
+        if _runs_kernel(x) and plain_modules(GridDepthwiseConv, self):
+            return depthwise_conv(x.flatten(0, -4), self.weight, self.bias, add_input=True).reshape(x.shape)
+        return add_to_conv_output(self(x), x)
+
+
+def _runs_kernel(x: torch.Tensor) -> bool:
+    """Whether :class:`GridDepthwiseConv` runs :func:`ppma.ops.depthwise_conv` on ``x``: outside CPU
+    inference, where the op's backend is a kernel."""
+    return not paths_for(x.device).cpu_inference and select_backend("depthwise_conv", x.device) != "torch"
 
 
 def add_to_conv_output(out: torch.Tensor, other: torch.Tensor) -> torch.Tensor:

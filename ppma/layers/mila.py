@@ -32,7 +32,7 @@ from torch import nn
 
 from ppma._deprecation import renamed_attributes
 
-from .conv import GridDepthwiseConv, add_to_conv_output
+from .conv import GridDepthwiseConv
 from .grid_tables import cached_per_grid
 from .layout import GRID_2D
 from .paths import paths_for
@@ -156,9 +156,9 @@ class InPlaceGELU(nn.GELU):
 def conv_plus_identity(conv: GridDepthwiseConv, x: torch.Tensor) -> torch.Tensor:
     """``x + conv(x)`` on a channels-last grid ``(B, H, W, C)`` -> same shape: one depthwise conv
     with ``conv``'s kernel plus 1 at its centre where :func:`~ppma.layers.paths.paths_for` folds
-    residuals, else a conv and an add."""
+    residuals, else :meth:`GridDepthwiseConv.plus_input`."""
     if not paths_for(x.device).fold_conv_residual:
-        return add_to_conv_output(conv(x), x)
+        return conv.plus_input(x)
     r = conv.kernel_size[0] // 2
     weight = conv.weight + F.pad(conv.weight.new_ones(conv.weight.shape[0], 1, 1, 1), (r, r, r, r))
     return conv._conv_forward(x.permute(0, 3, 1, 2), weight, conv.bias).permute(0, 2, 3, 1)

@@ -8,6 +8,7 @@ docs/ops.md.
 from .._deprecation import moved_packages
 from ._checks import ORDERS
 from .cross_scan_impl import cross_merge, cross_scan, cross_selective_scan
+from .depthwise_conv_impl import depthwise_conv
 from .polyline_attention_impl import polyline_attention, polyline_attention_reference
 from .polyline_decays_impl import polyline_decays
 from .polyline_linear_attention_impl import polyline_linear_attention
@@ -31,6 +32,7 @@ __all__ = [
     "cross_scan",
     "cross_selective_scan",
     "decay_scan_1d",
+    "depthwise_conv",
     "log_mask_1d",
     "polyline_attention",
     "polyline_attention_reference",

@@ -29,6 +29,7 @@ from triton.runtime.autotuner import Autotuner
 
 import ppma.kernels
 from ppma.kernels.common import tuning
+from ppma.kernels.depthwise_conv import conv
 from ppma.kernels.polyline_attention import criss_cross, vanilla
 from ppma.kernels.polyline_scan import decay_scan
 from ppma.kernels.selective_scan import scan
@@ -179,8 +180,8 @@ def launches(monkeypatch):
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") != "1", reason="launches through the CPU interpreter")
 def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
     """The launchers' own variants (head dims 16 and 20, 2-D and 3-D, fp32 and fp16, both forms
-    and the linear kind, whole and tiled criss-cross lines, 1 and 16 states, fp16 and fp64 scans)
-    name rows of the table, with every configuration."""
+    and the linear kind, whole and tiled criss-cross lines, 1 and 16 states, fp16 and fp64 scans,
+    fp32 depthwise convs on 7, 14 and 56 columns) name rows of the table, with every configuration."""
     for dtype, grid, d in ((torch.float32, (2, 3, 4), 16), (torch.float16, (3, 5), 20)):
         q, k, v = (torch.randn(1, 1, *grid, d).to(dtype) for _ in range(3))
         decays = [-torch.rand(1, 1, *grid) for _ in grid] + [None] * (3 - len(grid))
@@ -204,8 +205,13 @@ def test_every_launch_of_the_model_shapes_is_in_the_table(table, launches):
         x, ld = torch.randn(1, 1, 1, 3, 4, 2).to(dtype), -torch.rand(1, 1, 1, 3, 4)
         decay_scan.decay_scan_fwd(x, ld, 3, dtype)
         decay_scan.decay_scan_bwd(x, x, ld, 3, dtype)
+    for width, k, add_input in ((7, 3, True), (14, 3, False), (56, 5, False)):  # PPMA-T's grids, 64 channels
+        x, weight = torch.randn(1, 2, width, 64), torch.randn(64, 1, k, k)
+        y = conv.forward(x, weight, weight[:, 0, 0, 0], add_input, torch.float32, torch.float32)
+        conv.backward(y, x, weight, weight[:, 0, 0, 0], add_input, torch.float32)
     launched_modules = ("polyline_attention.vanilla", "polyline_attention.decays", "polyline_attention.line",
-                        "polyline_attention.whole_line", "selective_scan.scan", "polyline_scan.decay_scan")
+                        "polyline_attention.whole_line", "selective_scan.scan", "polyline_scan.decay_scan",
+                        "depthwise_conv.conv")
     assert {t.kernel_id for t, _ in launches} == {k for k in TUNED if k.rsplit(".", 1)[0] in launched_modules}
     for t, variant in launches:
         configs = t.configs

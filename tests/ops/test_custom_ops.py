@@ -1,4 +1,4 @@
-"""Every polyline op is one ``torch.library`` custom op: ``opcheck`` and ``torch.compile`` see one node."""
+"""Every op is one ``torch.library`` custom op: ``opcheck`` and ``torch.compile`` see one node."""
 import os
 
 import pytest
@@ -7,6 +7,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ppma.ops import (
+    depthwise_conv,
     polyline_attention,
     polyline_decays,
     polyline_linear_attention,
@@ -45,6 +46,9 @@ def calls(grid):
     rotation = torch.randn(*grid, 2, 2, requires_grad=True)  # head dim 4: channels(grid, 4)
     return [
         ("polyline_decays", polyline_decays, decay_parameters(grid)),
+        ("depthwise_conv", depthwise_conv, (torch.randn(2, *grid[-2:], 4, requires_grad=True),
+                                            torch.randn(4, 1, 3, 3, requires_grad=True),
+                                            torch.randn(4, requires_grad=True), True)),
         ("rotary_qk", rotated, (channels(grid, 4), channels(grid, 4), rotation, 0.5)),
         ("polyline_mask", polyline_mask, (la, lb, "h2v", lg)),
         ("polyline_scan", polyline_scan, (q, la, lb, "both", lg)),
