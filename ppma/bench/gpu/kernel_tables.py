@@ -56,6 +56,7 @@ BENCHES = (
     Bench("polyline_attention.py", ("--repeat", "5"), (*QUICK, "flex")),
     Bench("polyline_attention.py", ("--repeat", "5", "--kind", "criss_cross"), None),
     Bench("polyline_decays.py", ("--repeat", "5", "--dtypes", "bf16"), None),
+    Bench("depthwise_conv.py", ("--repeat", "5", "--dtypes", "bf16"), None),
     Bench("selective_scan.py", ("--repeat", "5"), None),
     Bench("polyline_linear_attention.py", ("--repeat", "3", "--op", "--backward"), None),
 )

@@ -1,0 +1,157 @@
+"""Benchmark of ``depthwise_conv`` (PPMA's and MILA's depthwise convs and their residual): Triton
+kernels vs the PyTorch reference (cuDNN's depthwise conv on the channels-first view on a GPU).
+
+A script (not installed with ``ppma.kernels``). For every shape and dtype, forward and
+forward+backward: median time, launches (counted by the profiler on CUDA), bandwidth over the
+bytes that must move as a fraction of the measured device-to-device copy bandwidth, the speed-up
+over the reference and the relative error of the output and every gradient against the fp32
+reference on the same inputs. ``bf16`` runs both under bf16 autocast with fp32 weights, as a
+training step does; ``fp32`` without autocast.
+
+Bytes that must move (``x`` ``(N, H, W, C)``): forward reads ``x`` and writes ``y``;
+forward+backward adds reading ``x`` and ``dy`` and writing ``dx`` (the weights are negligible).
+The kernels move that plus the backward's partial sums, ``C * (K*K + 1)`` fp32 values per tile of
+64 pixels, written and read back by two sums (the ``model`` column, a multiple of the minimum).
+
+    python kernels/bench/depthwise_conv.py                      # CUDA, PPMA-T's convs at batch 64
+    TRITON_INTERPRET=1 python kernels/bench/depthwise_conv.py --quick --device cpu --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import functools
+import platform
+
+import torch
+
+from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
+from ppma.kernels.common.runtime import triton_unavailable_reason
+from ppma.kernels.common.strided import cdiv
+from ppma.kernels.common.timing import copy_bandwidth, median_seconds
+from ppma.kernels.depthwise_conv import conv
+from ppma.ops import depthwise_conv
+from ppma.ops.depthwise_conv_impl import depthwise_conv_reference
+
+# (N, H, W, C, K, add_input): PPMA-T at 224 x 224, batch 64: stage 1's positional conv, FFN conv and
+# LePE, stage 3's the same.
+FULL_SHAPES = [(64, 56, 56, 64, 3, True), (64, 56, 56, 192, 3, True), (64, 56, 56, 64, 5, False),
+               (64, 14, 14, 256, 3, True), (64, 14, 14, 768, 3, True), (64, 14, 14, 256, 5, False)]
+QUICK_SHAPES = [(2, 7, 9, 24, 3, True), (1, 5, 6, 16, 5, False)]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+IMPLS = {"triton": functools.partial(depthwise_conv, backend="triton"), "torch": depthwise_conv_reference}
+
+
+def make_inputs(shape, dtype, device, requires_grad):
+    """``[x, weight, bias, add_input]`` (the weights fp32, as a model's under autocast) and an
+    output gradient, seeded."""
+    n, h, w, c, k, add_input = shape
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(n, h, w, c, generator=gen).to(device, dtype),
+              (torch.randn(c, 1, k, k, generator=gen) / k).to(device), torch.randn(c, generator=gen).to(device)]
+    for t in inputs:
+        t.requires_grad_(requires_grad)
+    return [*inputs, add_input], torch.randn(n, h, w, c, generator=gen).to(device)
+
+
+def must_move(x, backward):
+    x_bytes = x.numel() * x.element_size()
+    return 5 * x_bytes if backward else 2 * x_bytes
+
+
+def kernel_bytes(x, k, backward):
+    """Bytes the kernels move (module doc): the minimum plus the backward's partial sums."""
+    minimum = must_move(x, backward)
+    if not backward:
+        return minimum
+    n, h, w, c = x.shape
+    rows, block_w, _ = conv._tiles(h, w, c)
+    tiles = n * cdiv(h, rows) * cdiv(w, block_w)
+    return minimum + 2 * tiles * c * (k * k + 1) * 4
+
+
+def launches(step, device) -> str:
+    """Kernels one call of ``step`` runs on CUDA (profiled), else ``''``."""
+    if device.type != "cuda":
+        return ""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize(device)
+    return str(sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA))
+
+
+def precision(dtype, device):
+    """bf16: the step under bf16 autocast (the weights stay fp32); fp32: as it is."""
+    if dtype == torch.bfloat16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
+    """One table row as a dict (``time_ms`` None with a ``note`` when skipped)."""
+    if impl == "triton" and triton_unavailable_reason(device) is not None:
+        return {"note": "skipped: Triton unavailable (CPU needs TRITON_INTERPRET=1)"}
+    inputs, grad = make_inputs(shape, dtype, device, backward)
+
+    def forward():
+        with precision(dtype, device):
+            return IMPLS[impl](*inputs)
+
+    if backward:
+        def step():
+            torch.autograd.grad(forward(), inputs[:3], grad)
+    else:
+        def step():
+            with torch.no_grad():
+                forward()
+    seconds = median_seconds(step, device, warmup, repeat)
+    minimum = must_move(inputs[0], backward)
+    row = {"time_ms": seconds * 1e3, "gbps": minimum / seconds / 1e9, "launches": launches(step, device),
+           "error": relative_error(outcome(lambda *a: forward(), inputs, grad, backward), want)}
+    if impl == "triton":
+        row["model"] = kernel_bytes(inputs[0], shape[4], backward) / minimum
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--quick", action="store_true", help="reduced shapes and repeats (CPU smoke test)")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16", "fp32"])
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (median)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    repeat = args.repeat or (3 if args.quick else 20)
+    copy_bw = copy_bandwidth(device, 1 << (30 if device.type == "cuda" else 27), repeat)
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}")
+    print(f"# depthwise_conv benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
+    print(f"# copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
+    print("| shape (N, H, W, C, K, add_input) | dtype | pass | impl | time (ms) | launches | GB/s | % copy BW |"
+          " vs torch | model | error vs fp32 |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for shape in QUICK_SHAPES if args.quick else FULL_SHAPES:
+        for dname in args.dtypes:
+            for backward in (False, True):
+                inputs, grad = make_inputs(shape, DTYPES[dname], device, backward)
+                want = outcome(depthwise_conv_reference, [*fp32_copies(inputs[:3]), inputs[3]], grad, backward)
+                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, 1 if args.quick else 3, repeat,
+                                       want) for impl in IMPLS}
+                ref_ms = rows["torch"].get("time_ms")
+                for impl, row in rows.items():
+                    head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
+                    if "time_ms" not in row:
+                        print(f"{head} {row['note']} | | | | | | |")
+                        continue
+                    model = f"{row['model']:.2f}x" if "model" in row else ""
+                    print(f"{head} {row['time_ms']:.4g} | {row['launches']} | {row['gbps']:.3g} |"
+                          f" {100 * row['gbps'] * 1e9 / copy_bw:.3g} | {ref_ms / row['time_ms']:.3g}x | {model} |"
+                          f" {row['error']:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
