@@ -30,25 +30,30 @@ class GridDepthwiseConv(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         frames = x.flatten(0, -4)  # (B*T, H, W, C); a no-op for (B, H, W, C)
-        if _runs_kernel(x):
-            y = depthwise_conv(frames, self.weight, self.bias)
-        else:
-            y = self._conv_forward(frames.permute(0, 3, 1, 2), self.weight, self.bias).permute(0, 2, 3, 1)
+        if not torch.jit.is_scripting():  # TorchScript compiles the conv alone
+            backend = _kernel_backend(x)
+            if backend is not None:
+                return depthwise_conv(frames, self.weight, self.bias, backend=backend).reshape(x.shape)
+        y = self._conv_forward(frames.permute(0, 3, 1, 2), self.weight, self.bias).permute(0, 2, 3, 1)
         return y.reshape(x.shape)
 
     def plus_input(self, x: torch.Tensor) -> torch.Tensor:
         """``x + self(x)``, same shape: one op (its backward adds the residual's gradient itself)
         where :meth:`forward` runs the kernel and no hook watches this module, else the module's
         call and :func:`add_to_conv_output`."""
-        if _runs_kernel(x) and plain_modules(GridDepthwiseConv, self):
-            return depthwise_conv(x.flatten(0, -4), self.weight, self.bias, add_input=True).reshape(x.shape)
+        backend = _kernel_backend(x)
+        if backend is not None and plain_modules(GridDepthwiseConv, self):
+            return depthwise_conv(x.flatten(0, -4), self.weight, self.bias, True, backend).reshape(x.shape)
         return add_to_conv_output(self(x), x)
 
 
-def _runs_kernel(x: torch.Tensor) -> bool:
-    """Whether :class:`GridDepthwiseConv` runs :func:`ppma.ops.depthwise_conv` on ``x``: outside CPU
-    inference, where the op's backend is a kernel."""
-    return not paths_for(x.device).cpu_inference and select_backend("depthwise_conv", x.device) != "torch"
+def _kernel_backend(x: torch.Tensor) -> str | None:
+    """The kernel backend with which :class:`GridDepthwiseConv` runs :func:`ppma.ops.depthwise_conv`
+    on ``x`` (outside CPU inference, where the op's backend is a kernel), else None."""
+    if paths_for(x.device).cpu_inference:
+        return None
+    backend = select_backend("depthwise_conv", x.device)
+    return None if backend == "torch" else backend
 
 
 def add_to_conv_output(out: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
