@@ -37,9 +37,11 @@ DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: 
 
 
 def _variant(args: dict) -> str:
-    """The resource table's variant: the input's, output's and weight's dtypes and the constexprs."""
+    """The resource table's variant: the input's, output's (its gradient's) and weight's dtypes and
+    the constexprs."""
     names = ("K", "HAS_BIAS", "ADD_INPUT", "ROUND", "ACC", "ROWS", "BLOCK_W", "BLOCK_C")
-    return " ".join([args["X"][1:], args["Y"][1:], args["WT"][1:]] + [f"{n}={args[n]}" for n in names])
+    out = args["Y"] if "Y" in args else args["DY"]
+    return " ".join([args["X"][1:], out[1:], args["WT"][1:]] + [f"{n}={args[n]}" for n in names])
 
 
 @triton.jit
@@ -89,12 +91,11 @@ def _fwd_kernel(X, WT, B, Y, N, H, W, C, sxn, sxh, sxw,
 
 @tuning.autotune(CONFIGS, key=["C"], variant=_variant, spill_free=True)
 @triton.jit(do_not_specialize=["N", "H", "W"])
-def _bwd_kernel(X, WT, DY, DX, PW, PB, Y, N, H, W, C, sxn, sxh, sxw,
+def _bwd_kernel(X, WT, DY, DX, PW, PB, N, H, W, C, sxn, sxh, sxw,
                 K: tl.constexpr, HAS_BIAS: tl.constexpr, ADD_INPUT: tl.constexpr, ROUND: tl.constexpr,
                 ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
     """``DX`` ``(N, H, W, C)`` contiguous and the partial sums ``PW`` ``(tiles, C, K*K)``, ``PB``
-    ``(tiles, C)`` from ``DY`` (contiguous, like ``Y``, which only names the output dtype), ``X``
-    and ``WT`` (module doc)."""
+    ``(tiles, C)`` from ``DY`` (contiguous), ``X`` and ``WT`` (module doc)."""
     tile, n, h, w, c, p_ok, c_ok = _tile(N, H, W, C, ROWS, BLOCK_W, BLOCK_C)
     dy = _at(DY, n, h, w, c, H, W, c_ok, H * W * C, W * C, C).to(ACC)
     dx = tl.zeros((ROWS * BLOCK_W, BLOCK_C), ACC)
@@ -156,7 +157,7 @@ def backward(dy, x, weight, bias, add_input, compute_dtype):
     pw = torch.empty((grid[0], c, k2), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype, device=x.device)
     pb = torch.empty((grid[0], c), dtype=pw.dtype, device=x.device) if bias is not None else pw
     wt = weight.reshape(c, -1)
-    _bwd_kernel[grid](x, wt, dy, dx, pw, pb, dy, *sizes, *x.stride()[:3],
+    _bwd_kernel[grid](x, wt, dy, dx, pw, pb, *sizes, *x.stride()[:3],
                       **_constexprs(x, weight, bias, add_input, compute_dtype), **tiles)
     grads = [dx, pw.sum(0).to(weight.dtype).view(weight.shape)]
     return grads + ([pb.sum(0).to(bias.dtype)] if bias is not None else [])
@@ -175,8 +176,7 @@ def compile_cases() -> list[tuning.CompileCase]:
                                   ROWS=PIXELS // block_w, BLOCK_W=block_w, BLOCK_C=64)
                 fwd = tuning.signature(_fwd_kernel, {"X": f"*{dtype}", "WT": "*fp32", "B": "*fp32", "Y": f"*{dtype}"})
                 bwd = tuning.signature(_bwd_kernel, {"X": f"*{dtype}", "WT": "*fp32", "DY": f"*{dtype}",
-                                                     "DX": f"*{dtype}", "PW": "*fp32", "PB": "*fp32",
-                                                     "Y": f"*{dtype}"})
+                                                     "DX": f"*{dtype}", "PW": "*fp32", "PB": "*fp32"})
                 cases += tuning.cases_of(_fwd_kernel, fwd, constexprs)
                 cases += tuning.cases_of(_bwd_kernel, bwd, constexprs)
     return cases
