@@ -18,17 +18,15 @@ runs a GEMM, a layout copy and four elementwise passes forward, about a dozen ke
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import functools
 import math
-import platform
 
 import torch
 
+from ppma.kernels.common import op_bench
 from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.runtime import triton_unavailable_reason
-from ppma.kernels.common.timing import copy_bandwidth, median_seconds
+from ppma.kernels.common.timing import cuda_launches, median_seconds
 from ppma.kernels.polyline_decays import projection
 from ppma.ops import polyline_decays
 from ppma.ops.polyline_decays_impl import polyline_decays_reference
@@ -69,14 +67,6 @@ def kernel_bytes(x, heads, backward):
     return minimum + 2 * tiles * (axes * d + 2 * heads) * 4
 
 
-def launches(step, device) -> str:
-    """Kernels one call of ``step`` runs on CUDA (profiled), else ``''``."""
-    if device.type != "cuda":
-        return ""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize(device)
-    return str(sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA))
 
 
 def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
@@ -94,50 +84,23 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
                 IMPLS[impl](*inputs)
     seconds = median_seconds(step, device, warmup, repeat)
     minimum = must_move(inputs[0], shape[-1], backward)
-    row = {"time_ms": seconds * 1e3, "gbps": minimum / seconds / 1e9, "launches": launches(step, device),
+    row = {"time_ms": seconds * 1e3, "gbps": minimum / seconds / 1e9, "launches": cuda_launches(step, device),
            "error": relative_error(outcome(IMPLS[impl], inputs, grad, backward), want)}
     if impl == "triton":
         row["model"] = kernel_bytes(inputs[0], shape[-1], backward) / minimum
     return row
 
 
+
+def reference(shape, dtype, device, backward):
+    """The fp32 reference's output (and gradients) on the inputs of ``shape`` in ``dtype``."""
+    inputs, grad = make_inputs(shape, dtype, device, backward)
+    return outcome(polyline_decays_reference, fp32_copies(inputs), grad, backward)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--quick", action="store_true", help="reduced shapes and repeats (CPU smoke test)")
-    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16", "fp32"])
-    parser.add_argument("--repeat", type=int, default=None, help="timed runs per case (median)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    repeat = args.repeat or (3 if args.quick else 20)
-    copy_bw = copy_bandwidth(device, 1 << (30 if device.type == "cuda" else 27), repeat)
-    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
-            else f"CPU {platform.processor() or platform.machine()}, torch threads: {torch.get_num_threads()}")
-    print(f"# polyline_decays benchmark, {datetime.date.today()}, {name}, torch {torch.__version__}")
-    print(f"# copy bandwidth {copy_bw / 1e9:.1f} GB/s; median of {repeat} runs\n")
-    print("| shape (B, [T,] H, W, C, heads) | dtype | pass | impl | time (ms) | launches | GB/s | % copy BW | vs torch |"
-          " model | error vs fp32 |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for shape in QUICK_SHAPES if args.quick else FULL_SHAPES:
-        for dname in args.dtypes:
-            for backward in (False, True):
-                inputs, grad = make_inputs(shape, DTYPES[dname], device, backward)
-                want = outcome(polyline_decays_reference, fp32_copies(inputs), grad, backward)
-                rows = {impl: run_case(impl, shape, DTYPES[dname], device, backward, 1 if args.quick else 3, repeat,
-                                       want) for impl in IMPLS}
-                ref_ms = rows["torch"].get("time_ms")
-                for impl, row in rows.items():
-                    head = f"| {shape} | {dname} | {'fwd+bwd' if backward else 'fwd'} | {impl} |"
-                    if "time_ms" not in row:
-                        print(f"{head} {row['note']} | | | | | | |")
-                        continue
-                    model = f"{row['model']:.2f}x" if "model" in row else ""
-                    print(f"{head} {row['time_ms']:.4g} | {row['launches']} | {row['gbps']:.3g} |"
-                          f" {100 * row['gbps'] * 1e9 / copy_bw:.3g} | {ref_ms / row['time_ms']:.3g}x | {model} |"
-                          f" {row['error']:.1e} |")
+    op_bench.run(__doc__, "polyline_decays", "(B, [T,] H, W, C, heads)", (FULL_SHAPES, QUICK_SHAPES), DTYPES,
+                 list(IMPLS), reference, run_case, argv)
 
 
 if __name__ == "__main__":

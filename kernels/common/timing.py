@@ -62,3 +62,13 @@ def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
         current += event.nbytes()
         peak = max(peak, current)
     return peak
+
+
+def cuda_launches(fn: Callable[[], object], device: torch.device) -> str:
+    """Kernels one call of ``fn`` runs on CUDA (profiled), as text; ``''`` on other devices."""
+    if device.type != "cuda":
+        return ""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize(device)
+    return str(sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA))
