@@ -69,8 +69,6 @@ def kernel_bytes(x, k, backward):
     return minimum + 2 * tiles * c * (k * k + 1) * 4
 
 
-
-
 def precision(dtype, device):
     """bf16: the step under bf16 autocast (the weights stay fp32); fp32: as it is."""
     if dtype == torch.bfloat16:
@@ -102,7 +100,6 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
     if impl == "triton":
         row["model"] = kernel_bytes(inputs[0], shape[4], backward) / minimum
     return row
-
 
 
 def reference(shape, dtype, device, backward):

@@ -67,8 +67,6 @@ def kernel_bytes(x, heads, backward):
     return minimum + 2 * tiles * (axes * d + 2 * heads) * 4
 
 
-
-
 def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
     """One table row as a dict (``time_ms`` None with a ``note`` when skipped)."""
     if impl == "triton" and triton_unavailable_reason(device) is not None:
@@ -89,7 +87,6 @@ def run_case(impl, shape, dtype, device, backward, warmup, repeat, want):
     if impl == "triton":
         row["model"] = kernel_bytes(inputs[0], shape[-1], backward) / minimum
     return row
-
 
 
 def reference(shape, dtype, device, backward):

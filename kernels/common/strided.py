@@ -48,6 +48,10 @@ def accumulation_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+_TL_DTYPES = {torch.float32: tl.float32, torch.float64: tl.float64, torch.float16: tl.float16,
+              torch.bfloat16: tl.bfloat16}
+
+
 def tl_dtype(dtype: torch.dtype):
-    """The Triton type of an accumulation dtype (fp32 or fp64)."""
-    return tl.float64 if dtype == torch.float64 else tl.float32
+    """The Triton type of a floating dtype (fp32, fp64, fp16, bf16), e.g. an accumulation dtype."""
+    return _TL_DTYPES[dtype]

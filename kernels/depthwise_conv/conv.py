@@ -28,12 +28,11 @@ import triton
 import triton.language as tl
 
 from ..common import tuning
-from ..common.strided import cdiv, pow2
+from ..common.strided import accumulation_dtype, cdiv, pow2, tl_dtype
 
 # A program's tile: PIXELS pixels (ROWS rows of BLOCK_W) x BLOCK_C channels.
 PIXELS = 64
 CONFIGS = [triton.Config({}, num_warps=4, num_stages=1), triton.Config({}, num_warps=8, num_stages=1)]
-DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float64: tl.float64}
 
 
 def _variant(args: dict) -> str:
@@ -130,9 +129,8 @@ def _launch(x: torch.Tensor):
 
 
 def _constexprs(x, weight, bias, add_input, compute_dtype):
-    acc = tl.float64 if x.dtype == torch.float64 else tl.float32
-    return dict(K=weight.shape[-1], HAS_BIAS=bias is not None, ADD_INPUT=add_input, ROUND=DTYPES[compute_dtype],
-                ACC=acc)
+    return dict(K=weight.shape[-1], HAS_BIAS=bias is not None, ADD_INPUT=add_input, ROUND=tl_dtype(compute_dtype),
+                ACC=tl_dtype(accumulation_dtype(x)))
 
 
 def forward(x, weight, bias, add_input, compute_dtype, out_dtype):
@@ -154,7 +152,7 @@ def backward(dy, x, weight, bias, add_input, compute_dtype):
     k2 = weight.shape[-1] ** 2
     dy = dy.contiguous()
     dx = torch.empty(sizes, dtype=x.dtype, device=x.device)
-    pw = torch.empty((grid[0], c, k2), dtype=torch.float32 if x.dtype != torch.float64 else x.dtype, device=x.device)
+    pw = torch.empty((grid[0], c, k2), dtype=accumulation_dtype(x), device=x.device)
     pb = torch.empty((grid[0], c), dtype=pw.dtype, device=x.device) if bias is not None else pw
     wt = weight.reshape(c, -1)
     _bwd_kernel[grid](x, wt, dy, dx, pw, pb, *sizes, *x.stride()[:3],
