@@ -26,7 +26,6 @@ import torch
 from ppma.kernels.common import op_bench
 from ppma.kernels.common.accuracy import fp32_copies, outcome, relative_error
 from ppma.kernels.common.runtime import triton_unavailable_reason
-from ppma.kernels.common.strided import cdiv
 from ppma.kernels.common.timing import cuda_launches, median_seconds
 from ppma.kernels.depthwise_conv import conv
 from ppma.ops import depthwise_conv
@@ -63,10 +62,8 @@ def kernel_bytes(x, k, backward):
     minimum = must_move(x, backward)
     if not backward:
         return minimum
-    n, h, w, c = x.shape
-    rows, block_w, _ = conv._tiles(h, w, c)
-    tiles = n * cdiv(h, rows) * cdiv(w, block_w)
-    return minimum + 2 * tiles * c * (k * k + 1) * 4
+    tiles, _ = conv.grid(*x.shape)
+    return minimum + 2 * tiles * x.shape[-1] * (k * k + 1) * 4
 
 
 def precision(dtype, device):

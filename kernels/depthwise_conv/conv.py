@@ -119,13 +119,17 @@ def _tiles(height: int, width: int, channels: int) -> tuple[int, int, int]:
     return max(1, PIXELS // block_w), block_w, min(64, max(16, pow2(channels)))
 
 
+def grid(n: int, h: int, w: int, c: int) -> tuple[int, int]:
+    """The launch grid on an ``(n, h, w, c)`` input: ``(pixel tiles, channel blocks)``."""
+    rows, block_w, block_c = _tiles(h, w, c)
+    return n * cdiv(h, rows) * cdiv(w, block_w), cdiv(c, block_c)
+
+
 def _launch(x: torch.Tensor):
     """``x`` with a unit channel stride, its sizes, its tiles and the launch grid."""
     x = x if x.stride(-1) == 1 else x.contiguous()
-    n, h, w, c = x.shape
-    rows, block_w, block_c = _tiles(h, w, c)
-    tiles = n * cdiv(h, rows) * cdiv(w, block_w)
-    return x, (n, h, w, c), dict(ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c), (tiles, cdiv(c, block_c))
+    rows, block_w, block_c = _tiles(*x.shape[1:])
+    return x, tuple(x.shape), dict(ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c), grid(*x.shape)
 
 
 def _constexprs(x, weight, bias, add_input, compute_dtype):
@@ -168,13 +172,13 @@ def compile_cases() -> list[tuning.CompileCase]:
     configuration)."""
     cases = []
     for dtype, compute in (("fp32", tl.float32), ("bf16", tl.bfloat16)):
+        fwd = tuning.signature(_fwd_kernel, {"X": f"*{dtype}", "WT": "*fp32", "B": "*fp32", "Y": f"*{dtype}"})
+        bwd = tuning.signature(_bwd_kernel, {"X": f"*{dtype}", "WT": "*fp32", "DY": f"*{dtype}",
+                                             "DX": f"*{dtype}", "PW": "*fp32", "PB": "*fp32"})
         for k, add_input in ((3, False), (3, True), (5, False)):  # 5x5: PPMA's LePE, no residual
             for block_w in (8, 16, 32):
                 constexprs = dict(K=k, HAS_BIAS=True, ADD_INPUT=add_input, ROUND=compute, ACC=tl.float32,
                                   ROWS=PIXELS // block_w, BLOCK_W=block_w, BLOCK_C=64)
-                fwd = tuning.signature(_fwd_kernel, {"X": f"*{dtype}", "WT": "*fp32", "B": "*fp32", "Y": f"*{dtype}"})
-                bwd = tuning.signature(_bwd_kernel, {"X": f"*{dtype}", "WT": "*fp32", "DY": f"*{dtype}",
-                                                     "DX": f"*{dtype}", "PW": "*fp32", "PB": "*fp32"})
                 cases += tuning.cases_of(_fwd_kernel, fwd, constexprs)
                 cases += tuning.cases_of(_bwd_kernel, bwd, constexprs)
     return cases
